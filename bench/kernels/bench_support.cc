@@ -1,0 +1,122 @@
+#include "bench_support.h"
+
+#include <immintrin.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <vector>
+
+namespace hearth::bench {
+namespace {
+
+constexpr std::size_t kStreamBytes = std::size_t{2} << 30;  // 2 GiB: well past any LLC here
+
+__attribute__((target("avx2"))) std::uint64_t read_avx2(const std::byte* p, std::size_t n) {
+  __m256i acc0 = _mm256_setzero_si256(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+  for (std::size_t i = 0; i + 128 <= n; i += 128) {
+    acc0 = _mm256_xor_si256(acc0, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
+    acc1 = _mm256_xor_si256(acc1, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
+    acc2 = _mm256_xor_si256(acc2, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
+    acc3 = _mm256_xor_si256(acc3, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
+  }
+  acc0 = _mm256_xor_si256(_mm256_xor_si256(acc0, acc1), _mm256_xor_si256(acc2, acc3));
+  return static_cast<std::uint64_t>(_mm256_extract_epi64(acc0, 0));
+}
+
+std::uint64_t read_scalar(const std::byte* p, std::size_t n) {
+  std::uint64_t acc = 0;
+  for (std::size_t i = 0; i + 8 <= n; i += 8) {
+    std::uint64_t v;
+    std::memcpy(&v, p + i, 8);
+    acc ^= v;
+  }
+  return acc;
+}
+
+std::mutex mu;
+std::map<std::size_t, double> measured;  // threads -> GB/s
+std::map<std::size_t, std::unique_ptr<kernels::ThreadPool>> pools;
+struct Line {
+  std::string what, setting, figures;
+};
+std::vector<Line> lines;
+
+double measure(std::size_t threads) {
+  auto* buf = static_cast<std::byte*>(std::aligned_alloc(4096, kStreamBytes));
+  if (buf == nullptr) std::abort();
+  std::memset(buf, 1, kStreamBytes);  // fault every page in before timing
+  kernels::ThreadPool& pool = bench_pool(threads);
+  const bool avx2 = __builtin_cpu_supports("avx2");
+  double best = 0;
+  std::uint64_t sink = 0;
+  for (int rep = 0; rep < 5; ++rep) {
+    const auto t0 = std::chrono::steady_clock::now();
+    std::vector<std::uint64_t> partial(threads);
+    pool.parallel_chunks(
+        kStreamBytes / 4096, threads, [&](std::size_t chunk, std::size_t b, std::size_t e) {
+          const std::byte* p = buf + b * 4096;
+          partial[chunk] = avx2 ? read_avx2(p, (e - b) * 4096) : read_scalar(p, (e - b) * 4096);
+        });
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    for (auto v : partial) sink ^= v;
+    best = std::max(best, static_cast<double>(kStreamBytes) / s / 1e9);
+  }
+  benchmark::DoNotOptimize(sink);
+  std::free(buf);
+  return best;
+}
+
+}  // namespace
+
+kernels::ThreadPool& bench_pool(std::size_t threads) {
+  std::lock_guard<std::mutex> lock(mu);
+  auto& p = pools[threads];
+  if (!p) p = std::make_unique<kernels::ThreadPool>(threads);
+  return *p;
+}
+
+double stream_read_gbps(std::size_t threads) {
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    auto it = measured.find(threads);
+    if (it != measured.end()) return it->second;
+  }
+  const double gbps = measure(threads);
+  std::lock_guard<std::mutex> lock(mu);
+  measured[threads] = gbps;
+  std::printf("streaming read bandwidth, %zu thread%s: %.1f GB/s\n", threads,
+              threads == 1 ? "" : "s", gbps);
+  return gbps;
+}
+
+void set_bandwidth_counters(benchmark::State& state, double bytes_per_iteration,
+                            std::size_t threads) {
+  const double bw = stream_read_gbps(threads) * 1e9;
+  state.counters["GB/s"] =
+      benchmark::Counter(bytes_per_iteration / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  state.counters["of_bw"] =
+      benchmark::Counter(bytes_per_iteration / bw, benchmark::Counter::kIsIterationInvariantRate);
+}
+
+void summary(const std::string& what, const std::string& setting, const std::string& figures) {
+  std::lock_guard<std::mutex> lock(mu);
+  lines.push_back({what, setting, figures});
+}
+
+void print_summary() {
+  std::lock_guard<std::mutex> lock(mu);
+  std::printf("\n=== summary (one run) ===\n");
+  for (const auto& [threads, gbps] : measured)
+    std::printf("%-44s %-12s %.1f GB/s\n", "streaming read bandwidth",
+                (std::to_string(threads) + " threads").c_str(), gbps);
+  for (const Line& l : lines)
+    std::printf("%-44s %-12s %s\n", l.what.c_str(), l.setting.c_str(), l.figures.c_str());
+}
+
+}  // namespace hearth::bench

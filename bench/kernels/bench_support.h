@@ -1,0 +1,50 @@
+// Shared by the kernel benchmarks: the machine's streaming read bandwidth,
+// measured once in this run, and a summary table printed after Google
+// Benchmark's own output so the ratios of one run sit side by side.
+#pragma once
+
+#include <benchmark/benchmark.h>
+
+#include <chrono>
+#include <cstddef>
+#include <string>
+
+#include "kernels/thread_pool.h"
+
+namespace hearth::bench {
+
+// Streaming read bandwidth in GB/s (1e9 bytes/s) over a buffer far larger
+// than the last-level cache, with `threads` threads. Measured on first call
+// for each thread count and remembered.
+double stream_read_gbps(std::size_t threads);
+
+// A pool of `threads` threads for benchmarks (kept for the whole run).
+kernels::ThreadPool& bench_pool(std::size_t threads);
+
+// Sets counters "GB/s" and "of_bw" (fraction of stream_read_gbps(threads)) for
+// a benchmark that reads `bytes_per_iteration` bytes each iteration. Call after
+// the timing loop.
+void set_bandwidth_counters(benchmark::State& state, double bytes_per_iteration,
+                            std::size_t threads);
+
+// Adds a line to the summary printed at exit, e.g.
+//   summary("decode GEMV q8_0 4096x4096", "2 threads", "23.1 GB/s = 84% of bandwidth").
+void summary(const std::string& what, const std::string& setting, const std::string& figures);
+
+// Wall time of a benchmark's whole timing loop, for summary lines:
+//   Stopwatch sw; for (auto _ : state) {...}  double s = sw.seconds() / state.iterations();
+class Stopwatch {
+ public:
+  Stopwatch() : start_(std::chrono::steady_clock::now()) {}
+  double seconds() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+ private:
+  std::chrono::steady_clock::time_point start_;
+};
+
+// Prints the summary lines (called by main after the benchmarks ran).
+void print_summary();
+
+}  // namespace hearth::bench

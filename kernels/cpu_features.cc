@@ -1,0 +1,109 @@
+#include "kernels/cpu_features.h"
+
+#include <cpuinfo.h>
+
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+namespace hearth::kernels {
+namespace {
+
+CpuFeatures detect() {
+  CpuFeatures f;
+  __builtin_cpu_init();
+  // __builtin_cpu_supports also checks that the OS saves the wider registers.
+  f.avx2 = __builtin_cpu_supports("avx2");
+  f.fma = __builtin_cpu_supports("fma");
+  f.f16c = __builtin_cpu_supports("f16c");
+  f.avx512f = __builtin_cpu_supports("avx512f");
+  f.avx512bw = __builtin_cpu_supports("avx512bw");
+  f.avx512vl = __builtin_cpu_supports("avx512vl");
+  f.avx512dq = __builtin_cpu_supports("avx512dq");
+  f.avx512vnni = __builtin_cpu_supports("avx512vnni");
+  if (cpuinfo_initialize() && cpuinfo_get_cores_count() > 0) {
+    f.physical_cores = static_cast<int>(cpuinfo_get_cores_count());
+  } else {
+    const unsigned n = std::thread::hardware_concurrency();
+    f.physical_cores = n == 0 ? 1 : static_cast<int>(n);
+  }
+  return f;
+}
+
+// -1: no override.
+std::atomic<int> forced_isa{-1};
+
+}  // namespace
+
+const char* isa_name(Isa isa) {
+  switch (isa) {
+    case Isa::kScalar:
+      return "scalar";
+    case Isa::kAvx2:
+      return "avx2";
+    case Isa::kAvx512:
+      return "avx512";
+    case Isa::kAvx512Vnni:
+      return "avx512vnni";
+  }
+  return "unknown";
+}
+
+const CpuFeatures& cpu_features() {
+  static const CpuFeatures features = detect();
+  return features;
+}
+
+bool isa_supported(Isa isa) {
+  const CpuFeatures& f = cpu_features();
+  const bool avx2 = f.avx2 && f.fma && f.f16c;
+  const bool avx512 = avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq;
+  switch (isa) {
+    case Isa::kScalar:
+      return true;
+    case Isa::kAvx2:
+      return avx2;
+    case Isa::kAvx512:
+      return avx512;
+    case Isa::kAvx512Vnni:
+      return avx512 && f.avx512vnni;
+  }
+  return false;
+}
+
+Isa best_isa() {
+  static const Isa best = [] {
+    for (Isa isa : {Isa::kAvx512Vnni, Isa::kAvx512, Isa::kAvx2}) {
+      if (isa_supported(isa)) return isa;
+    }
+    return Isa::kScalar;
+  }();
+  return best;
+}
+
+std::vector<Isa> supported_isas() {
+  std::vector<Isa> out;
+  for (Isa isa : {Isa::kScalar, Isa::kAvx2, Isa::kAvx512, Isa::kAvx512Vnni}) {
+    if (isa_supported(isa)) out.push_back(isa);
+  }
+  return out;
+}
+
+Isa active_isa() {
+  const int forced = forced_isa.load(std::memory_order_relaxed);
+  return forced < 0 ? best_isa() : static_cast<Isa>(forced);
+}
+
+ScopedIsa::ScopedIsa(Isa isa) : previous_(forced_isa.load()) {
+  if (!isa_supported(isa)) {
+    std::fprintf(stderr, "hearth: cannot force ISA %s: this CPU does not support it\n",
+                 isa_name(isa));
+    std::abort();
+  }
+  forced_isa.store(static_cast<int>(isa));
+}
+
+ScopedIsa::~ScopedIsa() { forced_isa.store(previous_); }
+
+}  // namespace hearth::kernels

@@ -1,0 +1,55 @@
+// Run-time CPU feature detection and kernel dispatch.
+//
+// Every kernel has a scalar reference and SIMD paths; which one runs is decided
+// here, from the features of the machine (never from its model name). The
+// features are read once. Tests and benchmarks may force any path that the
+// machine supports, to compare it with the scalar reference.
+#pragma once
+
+#include <vector>
+
+namespace hearth::kernels {
+
+// Instruction-set levels, each implying the ones before it.
+enum class Isa : int {
+  kScalar = 0,      // portable C++: the reference every other path is tested against
+  kAvx2 = 1,        // AVX2 + FMA + F16C
+  kAvx512 = 2,      // AVX-512 F/BW/VL/DQ
+  kAvx512Vnni = 3,  // AVX-512 with VNNI int8 dot products
+};
+
+const char* isa_name(Isa isa);
+
+struct CpuFeatures {
+  bool avx2 = false, fma = false, f16c = false;
+  bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false, avx512vnni = false;
+  int physical_cores = 1;
+};
+
+// Detected on first call; never changes afterwards.
+const CpuFeatures& cpu_features();
+
+bool isa_supported(Isa isa);
+// The best level this machine supports.
+Isa best_isa();
+// Every level this machine supports, scalar first.
+std::vector<Isa> supported_isas();
+
+// The level kernels dispatch on: best_isa(), unless a ScopedIsa is alive.
+Isa active_isa();
+
+// Forces kernels onto `isa` for the scope's lifetime (tests and benchmarks).
+// Process-wide: create it only while no kernel runs on another thread.
+// Forcing an unsupported level aborts with a message.
+class ScopedIsa {
+ public:
+  explicit ScopedIsa(Isa isa);
+  ~ScopedIsa();
+  ScopedIsa(const ScopedIsa&) = delete;
+  ScopedIsa& operator=(const ScopedIsa&) = delete;
+
+ private:
+  int previous_;
+};
+
+}  // namespace hearth::kernels

@@ -1,0 +1,21 @@
+#include "kernels/dtype.h"
+
+namespace hearth::kernels {
+
+const char* dtype_name(DType t) {
+  switch (t) {
+    case DType::kF32:
+      return "F32";
+    case DType::kF16:
+      return "F16";
+    case DType::kBF16:
+      return "BF16";
+    case DType::kQ8_0:
+      return "Q8_0";
+    case DType::kQ4_0:
+      return "Q4_0";
+  }
+  return "unknown";
+}
+
+}  // namespace hearth::kernels

@@ -1,0 +1,85 @@
+#include "kernels/gguf_blocks.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+#include <vector>
+
+#include "kernels/fp16.h"
+
+namespace hearth::kernels {
+namespace {
+
+TEST(Fp16, RoundTripsEveryHalfValue) {
+  for (std::uint32_t h = 0; h < 0x10000; ++h) {
+    const float f = fp16_to_f32(static_cast<std::uint16_t>(h));
+    if (std::isnan(f)) continue;
+    ASSERT_EQ(f32_to_fp16(f), h) << std::hex << h;
+  }
+}
+
+TEST(Fp16, RoundsToNearestEven) {
+  EXPECT_EQ(fp16_to_f32(f32_to_fp16(1.0f + 1.0f / 2048)), 1.0f);                // tie -> even (1.0)
+  EXPECT_EQ(fp16_to_f32(f32_to_fp16(1.0f + 3.0f / 2048)), 1.0f + 2.0f / 1024);  // tie -> even (up)
+  EXPECT_EQ(f32_to_fp16(1e6f), 0x7c00);                                         // overflow -> inf
+  EXPECT_EQ(fp16_to_f32(f32_to_fp16(1e-8f)), 0.0f);
+  EXPECT_EQ(bf16_to_f32(0x3f80), 1.0f);
+}
+
+TEST(GgufBlocks, Q8_0RoundTripWithinHalfAStep) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> dist(0.0f, 2.0f);
+  std::vector<float> x(32 * 9), y(x.size());
+  for (float& v : x) v = dist(rng);
+  std::vector<BlockQ8_0> q(x.size() / 32);
+  quantize_row_q8_0(x.data(), q.data(), x.size());
+  dequantize_row_q8_0(q.data(), y.data(), x.size());
+  for (std::size_t b = 0; b < q.size(); ++b) {
+    const float d = fp16_to_f32(q[b].d);
+    // Half a step, plus the scale's own fp16 rounding (2^-11 relative) times |q| <= 127.
+    for (std::size_t i = 0; i < 32; ++i)
+      ASSERT_NEAR(y[b * 32 + i], x[b * 32 + i], 0.5f * d + 127 * d / 2048) << b << "," << i;
+  }
+}
+
+TEST(GgufBlocks, Q4_0RoundTripWithinHalfAStepAndMapsExtremes) {
+  std::mt19937 rng(11);
+  std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
+  std::vector<float> x(32 * 5), y(x.size());
+  for (float& v : x) v = dist(rng);
+  std::vector<BlockQ4_0> q(x.size() / 32);
+  quantize_row_q4_0(x.data(), q.data(), x.size());
+  dequantize_row_q4_0(q.data(), y.data(), x.size());
+  for (std::size_t b = 0; b < q.size(); ++b) {
+    const float d = std::fabs(fp16_to_f32(q[b].d));
+    // Levels run from -8d to +7d: a value beyond +7.5 steps (on the side
+    // opposite the block's extreme) is clamped to 7 and may be off by one step.
+    for (std::size_t i = 0; i < 32; ++i) {
+      const bool clamped = std::fabs(x[b * 32 + i]) > 7.5f * d;
+      const float tol = (clamped ? 1.0f : 0.5f) * d + 8 * d / 2048 + 1e-6f;
+      ASSERT_NEAR(y[b * 32 + i], x[b * 32 + i], tol) << b << "," << i;
+    }
+  }
+  // All zeros quantise to d = 0 and come back as zeros.
+  std::vector<float> zeros(32, 0.0f), back(32, 1.0f);
+  BlockQ4_0 z;
+  quantize_row_q4_0(zeros.data(), &z, 32);
+  dequantize_row_q4_0(&z, back.data(), 32);
+  for (float v : back) EXPECT_EQ(v, 0.0f);
+}
+
+TEST(GgufBlocks, Q4_0NibbleLayoutMatchesTheFormat) {
+  BlockQ4_0 b{};
+  b.d = f32_to_fp16(1.0f);
+  for (int j = 0; j < 16; ++j) b.qs[j] = static_cast<std::uint8_t>(j | ((15 - j) << 4));
+  float y[32];
+  dequantize_row_q4_0(&b, y, 32);
+  for (int j = 0; j < 16; ++j) {
+    EXPECT_EQ(y[j], static_cast<float>(j - 8));
+    EXPECT_EQ(y[j + 16], static_cast<float>(7 - j));
+  }
+}
+
+}  // namespace
+}  // namespace hearth::kernels

@@ -1,0 +1,118 @@
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <set>
+#include <thread>
+#include <vector>
+
+#include "kernels/cpu_features.h"
+#include "kernels/thread_pool.h"
+#include "tests/support/heap_counter.h"
+
+namespace hearth::kernels {
+namespace {
+
+TEST(CpuFeatures, ScalarIsAlwaysSupportedAndLevelsNest) {
+  const std::vector<Isa> isas = supported_isas();
+  ASSERT_FALSE(isas.empty());
+  EXPECT_EQ(isas.front(), Isa::kScalar);
+  EXPECT_EQ(isas.back(), best_isa());
+  // A level is supported only if every lower level is.
+  for (std::size_t i = 0; i < isas.size(); ++i)
+    EXPECT_EQ(static_cast<int>(isas[i]), static_cast<int>(i));
+  EXPECT_GE(cpu_features().physical_cores, 1);
+}
+
+TEST(CpuFeatures, ScopedIsaForcesEachSupportedPathAndRestores) {
+  const Isa best = active_isa();
+  for (Isa isa : supported_isas()) {
+    ScopedIsa forced(isa);
+    EXPECT_EQ(active_isa(), isa) << isa_name(isa);
+  }
+  EXPECT_EQ(active_isa(), best);
+}
+
+TEST(ThreadPool, ParallelForCoversTheRangeExactlyOnce) {
+  for (std::size_t threads : {1, 2, 3}) {
+    ThreadPool pool(threads);
+    EXPECT_EQ(pool.threads(), threads);
+    for (std::size_t range : {1, 7, 64, 1000, 4099}) {
+      for (std::size_t grain : {1, 16, 5000}) {
+        std::vector<std::atomic<int>> hits(range);
+        pool.parallel_for(range, grain, [&](std::size_t b, std::size_t e) {
+          ASSERT_LT(b, e);
+          if (grain <= range && e != range) {
+            EXPECT_GE(e - b, grain);
+          }
+          for (std::size_t i = b; i < e; ++i) hits[i].fetch_add(1);
+        });
+        for (std::size_t i = 0; i < range; ++i)
+          ASSERT_EQ(hits[i].load(), 1) << range << "/" << grain << "/" << i;
+      }
+    }
+  }
+}
+
+TEST(ThreadPool, ParallelChunksRunsEachChunkOnceOverAnEvenSplit) {
+  ThreadPool pool(2);
+  std::vector<std::atomic<int>> chunk_runs(2);
+  std::vector<std::atomic<int>> hits(101);
+  pool.parallel_chunks(101, 2, [&](std::size_t c, std::size_t b, std::size_t e) {
+    chunk_runs[c].fetch_add(1);
+    for (std::size_t i = b; i < e; ++i) hits[i].fetch_add(1);
+  });
+  EXPECT_EQ(chunk_runs[0].load(), 1);
+  EXPECT_EQ(chunk_runs[1].load(), 1);
+  for (auto& h : hits) EXPECT_EQ(h.load(), 1);
+}
+
+TEST(ThreadPool, UsesMoreThanOneThreadWhenItHasThem) {
+  ThreadPool pool(2);
+  std::set<std::thread::id> seen;
+  std::mutex mu;
+  // Each chunk waits until both chunks have started, which only completes if
+  // two threads run them at the same time.
+  std::atomic<int> started{0};
+  pool.parallel_chunks(2, 2, [&](std::size_t, std::size_t, std::size_t) {
+    started.fetch_add(1);
+    while (started.load() < 2) std::this_thread::yield();
+    std::lock_guard<std::mutex> lock(mu);
+    seen.insert(std::this_thread::get_id());
+  });
+  EXPECT_EQ(seen.size(), 2u);
+}
+
+TEST(ThreadPool, ConcurrentCallersAreSerialisedAndBothComplete) {
+  ThreadPool pool(2);
+  std::atomic<long> total{0};
+  auto work = [&] {
+    for (int r = 0; r < 200; ++r)
+      pool.parallel_for(1000, 10, [&](std::size_t b, std::size_t e) {
+        total.fetch_add(static_cast<long>(e - b));
+      });
+  };
+  std::thread a(work), b(work);
+  a.join();
+  b.join();
+  EXPECT_EQ(total.load(), 2L * 200 * 1000);
+}
+
+TEST(ThreadPool, ParallelForMakesNoHeapAllocation) {
+  ThreadPool pool(2);
+  std::atomic<long> sum{0};
+  auto body = [&](std::size_t b, std::size_t e) { sum.fetch_add(static_cast<long>(e - b)); };
+  pool.parallel_for(1000, 10, body);  // warm-up
+  hearth::testing::HeapCounter counter;
+  for (int i = 0; i < 100; ++i) pool.parallel_for(1000, 10, body);
+  EXPECT_EQ(counter.allocations(), 0u);
+  EXPECT_EQ(sum.load(), 101L * 1000);
+}
+
+TEST(ThreadPool, DefaultPoolHasOneThreadPerPhysicalCore) {
+  EXPECT_EQ(default_thread_pool().threads(),
+            static_cast<std::size_t>(cpu_features().physical_cores));
+  EXPECT_FALSE(set_default_thread_count(default_thread_pool().threads() + 1));
+}
+
+}  // namespace
+}  // namespace hearth::kernels

@@ -1,0 +1,572 @@
+#include "engine/gguf.h"
+
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <type_traits>
+
+#include "absl/status/status.h"
+#include "engine/str_cat.h"
+
+namespace hearth::engine {
+namespace {
+
+constexpr std::uint32_t kMagic = 0x46554747;  // "GGUF" little-endian
+constexpr int kMaxArrayDepth = 4;
+
+// Bounds-checked little-endian reading over the file. Every read states what
+// it reads, so an error names the field and where it stood.
+class Cursor {
+ public:
+  Cursor(const std::uint8_t* data, std::size_t size, const std::string& file)
+      : data_(data), size_(size), file_(file) {}
+
+  std::size_t pos() const { return pos_; }
+  std::size_t remaining() const { return size_ - pos_; }
+
+  absl::Status error(std::string_view what, std::size_t at, std::string_view problem) const {
+    return absl::InvalidArgumentError(
+        str_cat("GGUF file '", file_, "': ", what, " at offset ", at, ": ", problem));
+  }
+  absl::Status truncated(std::string_view what, std::size_t need) const {
+    return error(what, pos_,
+                 str_cat("needs ", need, " bytes but the file has only ", remaining(),
+                              " left (file size ", size_, "; truncated?)"));
+  }
+
+  template <typename T>
+  absl::Status read(T* out, std::string_view what) {
+    if (remaining() < sizeof(T)) return truncated(what, sizeof(T));
+    std::memcpy(out, data_ + pos_, sizeof(T));
+    pos_ += sizeof(T);
+    return absl::OkStatus();
+  }
+
+  absl::Status read_string(std::string_view* out, std::string_view what) {
+    const std::size_t at = pos_;
+    std::uint64_t len = 0;
+    if (auto s = read(&len, what); !s.ok()) return s;
+    if (len > remaining()) {
+      return error(what, at,
+                   str_cat("string length ", len, " exceeds the ", remaining(), " bytes left in the file"));
+    }
+    *out = std::string_view(reinterpret_cast<const char*>(data_ + pos_), len);
+    pos_ += len;
+    return absl::OkStatus();
+  }
+
+  absl::Status skip(std::uint64_t n, std::string_view what) {
+    if (n > remaining()) return truncated(what, n);
+    pos_ += n;
+    return absl::OkStatus();
+  }
+
+  const std::uint8_t* here() const { return data_ + pos_; }
+
+ private:
+  const std::uint8_t* data_;
+  std::size_t size_;
+  std::size_t pos_ = 0;
+  const std::string& file_;
+};
+
+std::size_t scalar_size(GgufValueType t) {
+  switch (t) {
+    case GgufValueType::kUint8:
+    case GgufValueType::kInt8:
+    case GgufValueType::kBool: return 1;
+    case GgufValueType::kUint16:
+    case GgufValueType::kInt16: return 2;
+    case GgufValueType::kUint32:
+    case GgufValueType::kInt32:
+    case GgufValueType::kFloat32: return 4;
+    case GgufValueType::kUint64:
+    case GgufValueType::kInt64:
+    case GgufValueType::kFloat64: return 8;
+    default: return 0;
+  }
+}
+
+bool known_value_type(std::uint32_t t) { return t <= static_cast<std::uint32_t>(GgufValueType::kFloat64); }
+
+template <typename T>
+absl::Status read_scalar(Cursor& c, std::string_view what, GgufValue* v) {
+  T x{};
+  if (auto s = c.read(&x, what); !s.ok()) return s;
+  if constexpr (std::is_floating_point_v<T>) {
+    v->scalar.f64 = x;
+  } else if constexpr (std::is_signed_v<T>) {
+    v->scalar.i64 = x;
+  } else {
+    v->scalar.u64 = x;
+  }
+  return absl::OkStatus();
+}
+
+// Reads one value of type `t` at the cursor (arrays recursively).
+absl::Status read_value(Cursor& c, GgufValueType t, std::string_view key, int depth, GgufValue* v) {
+  v->type = t;
+  v->file_offset = c.pos();
+  const std::string what = str_cat("value of key '", key, "'");
+  switch (t) {
+    case GgufValueType::kUint8: return read_scalar<std::uint8_t>(c, what, v);
+    case GgufValueType::kInt8: return read_scalar<std::int8_t>(c, what, v);
+    case GgufValueType::kUint16: return read_scalar<std::uint16_t>(c, what, v);
+    case GgufValueType::kInt16: return read_scalar<std::int16_t>(c, what, v);
+    case GgufValueType::kUint32: return read_scalar<std::uint32_t>(c, what, v);
+    case GgufValueType::kInt32: return read_scalar<std::int32_t>(c, what, v);
+    case GgufValueType::kUint64: return read_scalar<std::uint64_t>(c, what, v);
+    case GgufValueType::kInt64: return read_scalar<std::int64_t>(c, what, v);
+    case GgufValueType::kFloat32: return read_scalar<float>(c, what, v);
+    case GgufValueType::kFloat64: return read_scalar<double>(c, what, v);
+    case GgufValueType::kBool: {
+      std::uint8_t x = 0;
+      if (auto s = c.read(&x, what); !s.ok()) return s;
+      if (x > 1) return c.error(what, v->file_offset, str_cat("bool value ", int{x}, " is neither 0 nor 1"));
+      v->scalar.b = x != 0;
+      return absl::OkStatus();
+    }
+    case GgufValueType::kString: return c.read_string(&v->str, what);
+    case GgufValueType::kArray: {
+      if (depth >= kMaxArrayDepth) return c.error(what, v->file_offset, "arrays nested too deeply");
+      std::uint32_t et = 0;
+      if (auto s = c.read(&et, what); !s.ok()) return s;
+      if (!known_value_type(et)) {
+        return c.error(what, v->file_offset, str_cat("unknown array element type ", et));
+      }
+      std::uint64_t count = 0;
+      if (auto s = c.read(&count, what); !s.ok()) return s;
+      v->array_type = static_cast<GgufValueType>(et);
+      v->array_count = count;
+      v->array_data = c.here();
+      const std::size_t start = c.pos();
+      if (const std::size_t es = scalar_size(v->array_type); es != 0) {
+        if (count > c.remaining() / es) {
+          return c.error(what, start,
+                         str_cat("array of ", count, " ", gguf_value_type_name(v->array_type),
+                                      " elements exceeds the ", c.remaining(), " bytes left in the file"));
+        }
+        if (auto s = c.skip(count * es, what); !s.ok()) return s;
+      } else {
+        // Strings and nested arrays: each element takes at least 8 bytes.
+        if (count > c.remaining() / 8) {
+          return c.error(what, start,
+                         str_cat("array of ", count, " elements cannot fit in the ", c.remaining(),
+                                      " bytes left in the file"));
+        }
+        for (std::uint64_t i = 0; i < count; ++i) {
+          GgufValue element;
+          if (auto s = read_value(c, v->array_type, key, depth + 1, &element); !s.ok()) return s;
+        }
+      }
+      v->array_bytes = c.pos() - start;
+      return absl::OkStatus();
+    }
+  }
+  return c.error(what, v->file_offset, "unknown value type");
+}
+
+}  // namespace
+
+const char* gguf_value_type_name(GgufValueType t) {
+  switch (t) {
+    case GgufValueType::kUint8: return "uint8";
+    case GgufValueType::kInt8: return "int8";
+    case GgufValueType::kUint16: return "uint16";
+    case GgufValueType::kInt16: return "int16";
+    case GgufValueType::kUint32: return "uint32";
+    case GgufValueType::kInt32: return "int32";
+    case GgufValueType::kFloat32: return "float32";
+    case GgufValueType::kBool: return "bool";
+    case GgufValueType::kString: return "string";
+    case GgufValueType::kArray: return "array";
+    case GgufValueType::kUint64: return "uint64";
+    case GgufValueType::kInt64: return "int64";
+    case GgufValueType::kFloat64: return "float64";
+  }
+  return "unknown";
+}
+
+std::string ggml_type_name(GgmlType t) {
+  switch (t) {
+    case GgmlType::kF32: return "F32";
+    case GgmlType::kF16: return "F16";
+    case GgmlType::kQ4_0: return "Q4_0";
+    case GgmlType::kQ4_1: return "Q4_1";
+    case GgmlType::kQ5_0: return "Q5_0";
+    case GgmlType::kQ5_1: return "Q5_1";
+    case GgmlType::kQ8_0: return "Q8_0";
+    case GgmlType::kQ8_1: return "Q8_1";
+    case GgmlType::kQ2_K: return "Q2_K";
+    case GgmlType::kQ3_K: return "Q3_K";
+    case GgmlType::kQ4_K: return "Q4_K";
+    case GgmlType::kQ5_K: return "Q5_K";
+    case GgmlType::kQ6_K: return "Q6_K";
+    case GgmlType::kQ8_K: return "Q8_K";
+    case GgmlType::kIQ2_XXS: return "IQ2_XXS";
+    case GgmlType::kIQ2_XS: return "IQ2_XS";
+    case GgmlType::kIQ3_XXS: return "IQ3_XXS";
+    case GgmlType::kIQ1_S: return "IQ1_S";
+    case GgmlType::kIQ4_NL: return "IQ4_NL";
+    case GgmlType::kIQ3_S: return "IQ3_S";
+    case GgmlType::kIQ2_S: return "IQ2_S";
+    case GgmlType::kIQ4_XS: return "IQ4_XS";
+    case GgmlType::kI8: return "I8";
+    case GgmlType::kI16: return "I16";
+    case GgmlType::kI32: return "I32";
+    case GgmlType::kI64: return "I64";
+    case GgmlType::kF64: return "F64";
+    case GgmlType::kIQ1_M: return "IQ1_M";
+    case GgmlType::kBF16: return "BF16";
+    case GgmlType::kTQ1_0: return "TQ1_0";
+    case GgmlType::kTQ2_0: return "TQ2_0";
+  }
+  return str_cat("type#", static_cast<std::uint32_t>(t));
+}
+
+bool ggml_type_block(GgmlType t, std::size_t* block_elems, std::size_t* block_bytes) {
+  std::size_t e = 0, b = 0;
+  switch (t) {
+    case GgmlType::kF32: e = 1; b = 4; break;
+    case GgmlType::kF16: e = 1; b = 2; break;
+    case GgmlType::kBF16: e = 1; b = 2; break;
+    case GgmlType::kQ4_0: e = 32; b = 18; break;
+    case GgmlType::kQ4_1: e = 32; b = 20; break;
+    case GgmlType::kQ5_0: e = 32; b = 22; break;
+    case GgmlType::kQ5_1: e = 32; b = 24; break;
+    case GgmlType::kQ8_0: e = 32; b = 34; break;
+    case GgmlType::kQ8_1: e = 32; b = 36; break;
+    case GgmlType::kQ2_K: e = 256; b = 84; break;
+    case GgmlType::kQ3_K: e = 256; b = 110; break;
+    case GgmlType::kQ4_K: e = 256; b = 144; break;
+    case GgmlType::kQ5_K: e = 256; b = 176; break;
+    case GgmlType::kQ6_K: e = 256; b = 210; break;
+    case GgmlType::kQ8_K: e = 256; b = 292; break;
+    case GgmlType::kIQ2_XXS: e = 256; b = 66; break;
+    case GgmlType::kIQ2_XS: e = 256; b = 74; break;
+    case GgmlType::kIQ3_XXS: e = 256; b = 98; break;
+    case GgmlType::kIQ1_S: e = 256; b = 50; break;
+    case GgmlType::kIQ4_NL: e = 32; b = 18; break;
+    case GgmlType::kIQ3_S: e = 256; b = 110; break;
+    case GgmlType::kIQ2_S: e = 256; b = 82; break;
+    case GgmlType::kIQ4_XS: e = 256; b = 136; break;
+    case GgmlType::kI8: e = 1; b = 1; break;
+    case GgmlType::kI16: e = 1; b = 2; break;
+    case GgmlType::kI32: e = 1; b = 4; break;
+    case GgmlType::kI64: e = 1; b = 8; break;
+    case GgmlType::kF64: e = 1; b = 8; break;
+    case GgmlType::kIQ1_M: e = 256; b = 56; break;
+    case GgmlType::kTQ1_0: e = 256; b = 54; break;
+    case GgmlType::kTQ2_0: e = 256; b = 66; break;
+    default: return false;
+  }
+  *block_elems = e;
+  *block_bytes = b;
+  return true;
+}
+
+bool GgufValue::is_integer() const {
+  switch (type) {
+    case GgufValueType::kUint8:
+    case GgufValueType::kInt8:
+    case GgufValueType::kUint16:
+    case GgufValueType::kInt16:
+    case GgufValueType::kUint32:
+    case GgufValueType::kInt32:
+    case GgufValueType::kUint64:
+    case GgufValueType::kInt64: return true;
+    default: return false;
+  }
+}
+
+GgufFile::~GgufFile() {
+  if (mapping_ != nullptr) ::munmap(mapping_, size_);
+}
+
+absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::open(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) {
+    return absl::NotFoundError(str_cat("cannot open model file '", path, "': ", std::strerror(errno)));
+  }
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    return absl::InvalidArgumentError(str_cat("model file '", path, "' is not a regular file"));
+  }
+  const auto size = static_cast<std::size_t>(st.st_size);
+  if (size == 0) {
+    ::close(fd);
+    return absl::InvalidArgumentError(str_cat("GGUF file '", path, "' is empty"));
+  }
+  void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
+  ::close(fd);
+  if (map == MAP_FAILED) {
+    return absl::InternalError(str_cat("cannot map model file '", path, "': ", std::strerror(errno)));
+  }
+  std::unique_ptr<GgufFile> f(new GgufFile());
+  f->name_ = path;
+  f->data_ = static_cast<const std::uint8_t*>(map);
+  f->size_ = size;
+  f->mapping_ = map;
+  if (auto s = f->parse_all(); !s.ok()) return s;
+  return f;
+}
+
+absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::parse(const std::uint8_t* data, std::size_t size,
+                                                          std::string name) {
+  std::unique_ptr<GgufFile> f(new GgufFile());
+  f->name_ = std::move(name);
+  f->data_ = data;
+  f->size_ = size;
+  if (auto s = f->parse_all(); !s.ok()) return s;
+  return f;
+}
+
+absl::Status GgufFile::parse_all() {
+  Cursor c(data_, size_, name_);
+  std::uint32_t magic = 0;
+  if (auto s = c.read(&magic, "magic"); !s.ok()) return s;
+  if (magic != kMagic) return c.error("magic", 0, "not a GGUF file (the first four bytes are not \"GGUF\")");
+  if (auto s = c.read(&version_, "version"); !s.ok()) return s;
+  if (version_ != 2 && version_ != 3) {
+    return c.error("version", 4, str_cat("GGUF version ", version_, " is not supported (only 2 and 3)"));
+  }
+  std::uint64_t n_tensors = 0, n_kv = 0;
+  if (auto s = c.read(&n_tensors, "tensor count"); !s.ok()) return s;
+  if (auto s = c.read(&n_kv, "metadata count"); !s.ok()) return s;
+  // A key-value pair takes at least 8 (key length) + 4 (type) + 1 bytes; a tensor info at least 8 + 4 + 4 + 8.
+  if (n_kv > c.remaining() / 13) {
+    return c.error("metadata count", 16, str_cat(n_kv, " key-value pairs cannot fit in a file of ", size_, " bytes"));
+  }
+  if (n_tensors > c.remaining() / 24) {
+    return c.error("tensor count", 8, str_cat(n_tensors, " tensors cannot fit in a file of ", size_, " bytes"));
+  }
+  kvs_.reserve(n_kv);
+  for (std::uint64_t i = 0; i < n_kv; ++i) {
+    GgufKv kv;
+    const std::size_t at = c.pos();
+    if (auto s = c.read_string(&kv.key, str_cat("key of metadata pair #", i)); !s.ok()) return s;
+    std::uint32_t t = 0;
+    if (auto s = c.read(&t, str_cat("type of key '", kv.key, "'")); !s.ok()) return s;
+    if (!known_value_type(t)) return c.error(str_cat("key '", kv.key, "'"), at, str_cat("unknown value type ", t));
+    if (auto s = read_value(c, static_cast<GgufValueType>(t), kv.key, 0, &kv.value); !s.ok()) return s;
+    if (find(kv.key) != nullptr) return c.error(str_cat("key '", kv.key, "'"), at, "duplicate key");
+    kvs_.push_back(kv);
+  }
+  if (const GgufValue* a = find("general.alignment")) {
+    if (!a->is_integer() || a->scalar.u64 == 0 || (a->scalar.u64 & (a->scalar.u64 - 1)) != 0 ||
+        a->scalar.u64 > 65536) {
+      return c.error("key 'general.alignment'", a->file_offset, "alignment must be a power of two up to 65536");
+    }
+    alignment_ = static_cast<std::size_t>(a->scalar.u64);
+  }
+  tensors_.reserve(n_tensors);
+  for (std::uint64_t i = 0; i < n_tensors; ++i) {
+    GgufTensorInfo t;
+    t.info_offset = c.pos();
+    const std::string what = str_cat("tensor info #", i);
+    if (auto s = c.read_string(&t.name, what); !s.ok()) return s;
+    const std::string tw = str_cat("tensor '", t.name, "'");
+    if (auto s = c.read(&t.n_dims, tw); !s.ok()) return s;
+    if (t.n_dims == 0 || t.n_dims > 4) {
+      return c.error(tw, t.info_offset, str_cat("has ", t.n_dims, " dimensions (1 to 4 are allowed)"));
+    }
+    t.n_elements = 1;
+    for (std::uint32_t d = 0; d < t.n_dims; ++d) {
+      if (auto s = c.read(&t.dims[d], tw); !s.ok()) return s;
+      if (t.dims[d] == 0 || __builtin_mul_overflow(t.n_elements, t.dims[d], &t.n_elements) ||
+          t.n_elements > (std::uint64_t{1} << 48)) {
+        return c.error(tw, t.info_offset, str_cat("dimension ", d, " = ", t.dims[d], " is zero or too large"));
+      }
+    }
+    std::uint32_t type = 0;
+    if (auto s = c.read(&type, tw); !s.ok()) return s;
+    t.type = static_cast<GgmlType>(type);
+    std::size_t be = 0, bb = 0;
+    if (!ggml_type_block(t.type, &be, &bb)) {
+      return c.error(tw, t.info_offset, str_cat("unknown tensor type id ", type));
+    }
+    if (t.dims[0] % be != 0) {
+      return c.error(tw, t.info_offset,
+                     str_cat("row length ", t.dims[0], " is not a multiple of the ", ggml_type_name(t.type),
+                                  " block size ", be));
+    }
+    t.n_bytes = t.n_elements / be * bb;
+    if (auto s = c.read(&t.offset, tw); !s.ok()) return s;
+    if (t.offset % alignment_ != 0) {
+      return c.error(tw, t.info_offset,
+                     str_cat("data offset ", t.offset, " is not a multiple of the alignment ", alignment_));
+    }
+    if (find_tensor(t.name) != nullptr) return c.error(tw, t.info_offset, "duplicate tensor name");
+    tensors_.push_back(t);
+  }
+  data_offset_ = (c.pos() + alignment_ - 1) / alignment_ * alignment_;
+  if (data_offset_ > size_ && !tensors_.empty()) {
+    return c.error("tensor data", c.pos(), str_cat("the data section would start at ", data_offset_,
+                                                        ", past the end of the file (size ", size_, ")"));
+  }
+  const std::size_t data_size = data_offset_ <= size_ ? size_ - data_offset_ : 0;
+  for (GgufTensorInfo& t : tensors_) {
+    if (t.offset > data_size || t.n_bytes > data_size - t.offset) {
+      return c.error(str_cat("tensor '", t.name, "'"), t.info_offset,
+                     str_cat("data [", data_offset_ + t.offset, ", ", data_offset_ + t.offset + t.n_bytes,
+                                  ") extends past the end of the file (size ", size_, "; truncated?)"));
+    }
+    t.data = data_ + data_offset_ + t.offset;
+  }
+  return absl::OkStatus();
+}
+
+const GgufValue* GgufFile::find(std::string_view key) const {
+  for (const GgufKv& kv : kvs_) {
+    if (kv.key == key) return &kv.value;
+  }
+  return nullptr;
+}
+
+const GgufTensorInfo* GgufFile::find_tensor(std::string_view name) const {
+  for (const GgufTensorInfo& t : tensors_) {
+    if (t.name == name) return &t;
+  }
+  return nullptr;
+}
+
+absl::Status GgufFile::type_error(std::string_view key, const GgufValue& v, const char* wanted) const {
+  return absl::InvalidArgumentError(str_cat("GGUF file '", name_, "': key '", key, "' at offset ", v.file_offset,
+                                                 " is a ", gguf_value_type_name(v.type), ", expected ", wanted));
+}
+
+namespace {
+absl::Status missing(const std::string& file, std::string_view key) {
+  return absl::NotFoundError(str_cat("GGUF file '", file, "' has no key '", key, "'"));
+}
+bool is_signed(GgufValueType t) {
+  return t == GgufValueType::kInt8 || t == GgufValueType::kInt16 || t == GgufValueType::kInt32 ||
+         t == GgufValueType::kInt64;
+}
+}  // namespace
+
+absl::StatusOr<std::uint64_t> GgufFile::get_uint(std::string_view key) const {
+  const GgufValue* v = find(key);
+  if (v == nullptr) return missing(name_, key);
+  if (!v->is_integer()) return type_error(key, *v, "an unsigned integer");
+  if (is_signed(v->type) && v->scalar.i64 < 0) return type_error(key, *v, "a non-negative integer");
+  return v->scalar.u64;
+}
+
+absl::StatusOr<std::int64_t> GgufFile::get_int(std::string_view key) const {
+  const GgufValue* v = find(key);
+  if (v == nullptr) return missing(name_, key);
+  if (!v->is_integer()) return type_error(key, *v, "an integer");
+  if (!is_signed(v->type) && v->scalar.u64 > static_cast<std::uint64_t>(INT64_MAX)) {
+    return type_error(key, *v, "an integer that fits in int64");
+  }
+  return v->scalar.i64;
+}
+
+absl::StatusOr<double> GgufFile::get_float(std::string_view key) const {
+  const GgufValue* v = find(key);
+  if (v == nullptr) return missing(name_, key);
+  if (v->is_float()) return v->scalar.f64;
+  if (v->is_integer()) return is_signed(v->type) ? static_cast<double>(v->scalar.i64) : static_cast<double>(v->scalar.u64);
+  return type_error(key, *v, "a number");
+}
+
+absl::StatusOr<bool> GgufFile::get_bool(std::string_view key) const {
+  const GgufValue* v = find(key);
+  if (v == nullptr) return missing(name_, key);
+  if (v->type != GgufValueType::kBool) return type_error(key, *v, "a bool");
+  return v->scalar.b;
+}
+
+absl::StatusOr<std::string_view> GgufFile::get_string(std::string_view key) const {
+  const GgufValue* v = find(key);
+  if (v == nullptr) return missing(name_, key);
+  if (v->type != GgufValueType::kString) return type_error(key, *v, "a string");
+  return v->str;
+}
+
+absl::StatusOr<std::vector<std::string_view>> GgufFile::get_string_array(std::string_view key) const {
+  const GgufValue* v = find(key);
+  if (v == nullptr) return missing(name_, key);
+  if (v->type != GgufValueType::kArray || v->array_type != GgufValueType::kString) {
+    return type_error(key, *v, "an array of strings");
+  }
+  std::vector<std::string_view> out;
+  out.reserve(v->array_count);
+  // Already validated when parsed: lengths are in bounds.
+  const std::uint8_t* p = v->array_data;
+  for (std::uint64_t i = 0; i < v->array_count; ++i) {
+    std::uint64_t len;
+    std::memcpy(&len, p, 8);
+    out.emplace_back(reinterpret_cast<const char*>(p + 8), len);
+    p += 8 + len;
+  }
+  return out;
+}
+
+namespace {
+template <typename T>
+T load_as(const std::uint8_t* p) {
+  T x;
+  std::memcpy(&x, p, sizeof x);
+  return x;
+}
+}  // namespace
+
+absl::StatusOr<std::vector<double>> GgufFile::get_float_array(std::string_view key) const {
+  const GgufValue* v = find(key);
+  if (v == nullptr) return missing(name_, key);
+  const std::size_t es = v->type == GgufValueType::kArray ? scalar_size(v->array_type) : 0;
+  if (es == 0 || v->array_type == GgufValueType::kBool) return type_error(key, *v, "an array of numbers");
+  std::vector<double> out(v->array_count);
+  for (std::uint64_t i = 0; i < v->array_count; ++i) {
+    const std::uint8_t* p = v->array_data + i * es;
+    switch (v->array_type) {
+      case GgufValueType::kFloat32: out[i] = load_as<float>(p); break;
+      case GgufValueType::kFloat64: out[i] = load_as<double>(p); break;
+      case GgufValueType::kUint8: out[i] = load_as<std::uint8_t>(p); break;
+      case GgufValueType::kInt8: out[i] = load_as<std::int8_t>(p); break;
+      case GgufValueType::kUint16: out[i] = load_as<std::uint16_t>(p); break;
+      case GgufValueType::kInt16: out[i] = load_as<std::int16_t>(p); break;
+      case GgufValueType::kUint32: out[i] = load_as<std::uint32_t>(p); break;
+      case GgufValueType::kInt32: out[i] = load_as<std::int32_t>(p); break;
+      case GgufValueType::kUint64: out[i] = static_cast<double>(load_as<std::uint64_t>(p)); break;
+      case GgufValueType::kInt64: out[i] = static_cast<double>(load_as<std::int64_t>(p)); break;
+      default: break;
+    }
+  }
+  return out;
+}
+
+absl::StatusOr<std::vector<std::int64_t>> GgufFile::get_int_array(std::string_view key) const {
+  const GgufValue* v = find(key);
+  if (v == nullptr) return missing(name_, key);
+  const std::size_t es = v->type == GgufValueType::kArray ? scalar_size(v->array_type) : 0;
+  if (es == 0 || v->array_type == GgufValueType::kBool || v->array_type == GgufValueType::kFloat32 ||
+      v->array_type == GgufValueType::kFloat64) {
+    return type_error(key, *v, "an array of integers");
+  }
+  std::vector<std::int64_t> out(v->array_count);
+  for (std::uint64_t i = 0; i < v->array_count; ++i) {
+    const std::uint8_t* p = v->array_data + i * es;
+    switch (v->array_type) {
+      case GgufValueType::kUint8: out[i] = load_as<std::uint8_t>(p); break;
+      case GgufValueType::kInt8: out[i] = load_as<std::int8_t>(p); break;
+      case GgufValueType::kUint16: out[i] = load_as<std::uint16_t>(p); break;
+      case GgufValueType::kInt16: out[i] = load_as<std::int16_t>(p); break;
+      case GgufValueType::kUint32: out[i] = load_as<std::uint32_t>(p); break;
+      case GgufValueType::kInt32: out[i] = load_as<std::int32_t>(p); break;
+      case GgufValueType::kUint64: out[i] = static_cast<std::int64_t>(load_as<std::uint64_t>(p)); break;
+      case GgufValueType::kInt64: out[i] = load_as<std::int64_t>(p); break;
+      default: break;
+    }
+  }
+  return out;
+}
+
+}  // namespace hearth::engine

@@ -1,0 +1,107 @@
+#include "engine/gguf_writer.h"
+
+#include <cstdio>
+#include <cstring>
+
+#include "engine/str_cat.h"
+
+namespace hearth::engine {
+namespace {
+
+template <typename T>
+void put(std::string& out, T v) {
+  char b[sizeof(T)];
+  std::memcpy(b, &v, sizeof(T));
+  out.append(b, sizeof(T));
+}
+
+void put_string(std::string& out, std::string_view s) {
+  put<std::uint64_t>(out, s.size());
+  out.append(s);
+}
+
+}  // namespace
+
+GgufWriter::GgufWriter(std::size_t alignment) : alignment_(alignment) {
+  if (alignment != 32) add_uint32("general.alignment", static_cast<std::uint32_t>(alignment));
+}
+
+void GgufWriter::key(std::string_view k, GgufValueType t) {
+  ++n_kv_;
+  put_string(kv_bytes_, k);
+  put<std::uint32_t>(kv_bytes_, static_cast<std::uint32_t>(t));
+}
+
+void GgufWriter::add_uint32(std::string_view k, std::uint32_t v) { key(k, GgufValueType::kUint32); put(kv_bytes_, v); }
+void GgufWriter::add_int32(std::string_view k, std::int32_t v) { key(k, GgufValueType::kInt32); put(kv_bytes_, v); }
+void GgufWriter::add_uint64(std::string_view k, std::uint64_t v) { key(k, GgufValueType::kUint64); put(kv_bytes_, v); }
+void GgufWriter::add_float32(std::string_view k, float v) { key(k, GgufValueType::kFloat32); put(kv_bytes_, v); }
+void GgufWriter::add_bool(std::string_view k, bool v) {
+  key(k, GgufValueType::kBool);
+  put<std::uint8_t>(kv_bytes_, v ? 1 : 0);
+}
+void GgufWriter::add_string(std::string_view k, std::string_view v) {
+  key(k, GgufValueType::kString);
+  put_string(kv_bytes_, v);
+}
+
+void GgufWriter::add_string_array(std::string_view k, const std::vector<std::string>& v) {
+  key(k, GgufValueType::kArray);
+  put<std::uint32_t>(kv_bytes_, static_cast<std::uint32_t>(GgufValueType::kString));
+  put<std::uint64_t>(kv_bytes_, v.size());
+  for (const auto& s : v) put_string(kv_bytes_, s);
+}
+
+void GgufWriter::add_float32_array(std::string_view k, const std::vector<float>& v) {
+  key(k, GgufValueType::kArray);
+  put<std::uint32_t>(kv_bytes_, static_cast<std::uint32_t>(GgufValueType::kFloat32));
+  put<std::uint64_t>(kv_bytes_, v.size());
+  for (float x : v) put(kv_bytes_, x);
+}
+
+void GgufWriter::add_int32_array(std::string_view k, const std::vector<std::int32_t>& v) {
+  key(k, GgufValueType::kArray);
+  put<std::uint32_t>(kv_bytes_, static_cast<std::uint32_t>(GgufValueType::kInt32));
+  put<std::uint64_t>(kv_bytes_, v.size());
+  for (std::int32_t x : v) put(kv_bytes_, x);
+}
+
+void GgufWriter::add_tensor(std::string_view name, const std::vector<std::uint64_t>& dims, GgmlType type,
+                            std::string_view data) {
+  tensors_.push_back({std::string(name), dims, type, std::string(data)});
+}
+
+std::string GgufWriter::serialize() const {
+  std::string out;
+  put<std::uint32_t>(out, 0x46554747);
+  put<std::uint32_t>(out, 3);
+  put<std::uint64_t>(out, tensors_.size());
+  put<std::uint64_t>(out, n_kv_);
+  out += kv_bytes_;
+  std::uint64_t offset = 0;
+  for (const Tensor& t : tensors_) {
+    put_string(out, t.name);
+    put<std::uint32_t>(out, static_cast<std::uint32_t>(t.dims.size()));
+    for (std::uint64_t d : t.dims) put(out, d);
+    put<std::uint32_t>(out, static_cast<std::uint32_t>(t.type));
+    put(out, offset);
+    offset += (t.data.size() + alignment_ - 1) / alignment_ * alignment_;
+  }
+  out.resize((out.size() + alignment_ - 1) / alignment_ * alignment_, '\0');
+  for (const Tensor& t : tensors_) {
+    out += t.data;
+    out.resize((out.size() + alignment_ - 1) / alignment_ * alignment_, '\0');
+  }
+  return out;
+}
+
+absl::Status GgufWriter::write(const std::string& path) const {
+  const std::string bytes = serialize();
+  std::FILE* f = std::fopen(path.c_str(), "wb");
+  if (f == nullptr) return absl::PermissionDeniedError(str_cat("cannot create '", path, "'"));
+  const bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
+  if (std::fclose(f) != 0 || !ok) return absl::InternalError(str_cat("cannot write '", path, "'"));
+  return absl::OkStatus();
+}
+
+}  // namespace hearth::engine

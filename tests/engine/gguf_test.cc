@@ -1,0 +1,212 @@
+#include "engine/gguf.h"
+
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <iterator>
+#include <random>
+
+#include "engine/gguf_writer.h"
+#include "tests/support/shared_data.h"
+
+namespace hearth::engine {
+namespace {
+
+std::string read_file(const std::filesystem::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  return std::string(std::istreambuf_iterator<char>(in), {});
+}
+
+absl::StatusOr<std::unique_ptr<GgufFile>> parse(const std::string& bytes) {
+  return GgufFile::parse(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size(), "test.gguf");
+}
+
+TEST(Gguf, ReadsStories260KHeaderFacts) {
+  HEARTH_REQUIRE_SHARED();
+  auto f = GgufFile::open((testing::shared_dir() / "models/stories260K.gguf").string());
+  ASSERT_TRUE(f.ok()) << f.status();
+  const GgufFile& g = **f;
+  EXPECT_EQ(g.version(), 3u);
+  EXPECT_EQ(g.metadata().size(), 19u);
+  EXPECT_EQ(g.tensors().size(), 48u);
+  EXPECT_EQ(g.data_offset(), 14176u);
+  EXPECT_EQ(g.alignment(), 32u);
+  EXPECT_EQ(*g.get_string("general.architecture"), "llama");
+  EXPECT_EQ(*g.get_uint("llama.block_count"), 5u);
+  EXPECT_EQ(*g.get_uint("llama.embedding_length"), 64u);
+  EXPECT_EQ(*g.get_uint("llama.attention.head_count_kv"), 4u);
+  EXPECT_NEAR(*g.get_float("llama.attention.layer_norm_rms_epsilon"), 1e-5, 1e-12);
+  EXPECT_EQ(g.get_string_array("tokenizer.ggml.tokens")->size(), 512u);
+  EXPECT_EQ((*g.get_string_array("tokenizer.ggml.tokens"))[1], "<s>");
+  EXPECT_EQ(g.get_float_array("tokenizer.ggml.scores")->size(), 512u);
+  const GgufTensorInfo* t = g.find_tensor("blk.0.ffn_down.weight");
+  ASSERT_NE(t, nullptr);
+  EXPECT_EQ(t->dims[0], 172u);
+  EXPECT_EQ(t->dims[1], 64u);
+  EXPECT_EQ(t->type, GgmlType::kF32);
+  std::uint64_t total = 0;
+  for (const auto& ti : g.tensors()) total += ti.n_bytes;
+  EXPECT_EQ(total, 1171200u);
+  // Typed access errors name the key.
+  EXPECT_EQ(g.get_uint("no.such.key").status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(g.get_uint("general.architecture").status().message().find("general.architecture"), std::string::npos);
+}
+
+TEST(Gguf, ReadsTheF16TinyModelAndEveryVocabularyFile) {
+  HEARTH_REQUIRE_SHARED();
+  auto f = GgufFile::open((testing::shared_dir() / "models/llama-2-tiny-random.gguf").string());
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ((*f)->tensors().size(), 12u);
+  EXPECT_EQ((*f)->data_offset(), 724416u);
+  EXPECT_EQ((*f)->find_tensor("token_embd.weight")->type, GgmlType::kF16);
+  int vocab_files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(testing::shared_dir() / "reference/tokenizer")) {
+    if (e.path().extension() != ".gguf") continue;
+    auto v = GgufFile::open(e.path().string());
+    ASSERT_TRUE(v.ok()) << e.path() << ": " << v.status();
+    EXPECT_TRUE((*v)->get_string_array("tokenizer.ggml.tokens").ok()) << e.path();
+    ++vocab_files;
+  }
+  EXPECT_GE(vocab_files, 12);
+}
+
+TEST(Gguf, WriterRoundTripsEveryValueType) {
+  GgufWriter w(64);
+  w.add_uint32("u32", 7);
+  w.add_int32("i32", -5);
+  w.add_uint64("u64", 1ull << 40);
+  w.add_float32("f32", 0.25f);
+  w.add_bool("b", true);
+  w.add_string("s", "héllo");
+  w.add_string_array("sa", {"a", "", "ccc"});
+  w.add_float32_array("fa", {1.5f, -2.0f});
+  w.add_int32_array("ia", {3, -4});
+  const std::string data(2 * 3 * 4, '\x01');
+  w.add_tensor("t", {3, 2}, GgmlType::kF32, data);
+  const std::string bytes = w.serialize();
+  auto f = parse(bytes);
+  ASSERT_TRUE(f.ok()) << f.status();
+  const GgufFile& g = **f;
+  EXPECT_EQ(g.alignment(), 64u);
+  EXPECT_EQ(*g.get_uint("u32"), 7u);
+  EXPECT_EQ(*g.get_int("i32"), -5);
+  EXPECT_FALSE(g.get_uint("i32").ok());  // negative
+  EXPECT_EQ(*g.get_uint("u64"), 1ull << 40);
+  EXPECT_EQ(*g.get_float("f32"), 0.25);
+  EXPECT_TRUE(*g.get_bool("b"));
+  EXPECT_EQ(*g.get_string("s"), "héllo");
+  EXPECT_EQ(*g.get_string_array("sa"), (std::vector<std::string_view>{"a", "", "ccc"}));
+  EXPECT_EQ(*g.get_float_array("fa"), (std::vector<double>{1.5, -2.0}));
+  EXPECT_EQ(*g.get_int_array("ia"), (std::vector<std::int64_t>{3, -4}));
+  EXPECT_FALSE(g.get_string("u32").ok());
+  ASSERT_EQ(g.tensors().size(), 1u);
+  EXPECT_EQ(g.tensors()[0].n_elements, 6u);
+  EXPECT_EQ(g.tensors()[0].data - reinterpret_cast<const std::uint8_t*>(bytes.data()), 
+            static_cast<std::ptrdiff_t>(g.data_offset()));
+  EXPECT_EQ(g.data_offset() % 64, 0u);
+}
+
+// Every truncation of a real file is refused with an error, never a crash.
+TEST(Gguf, EveryTruncationIsRefusedCleanly) {
+  GgufWriter w;
+  w.add_string("general.architecture", "llama");
+  w.add_string_array("tokenizer.ggml.tokens", {"<unk>", "<s>", "</s>", "hello"});
+  w.add_float32_array("tokenizer.ggml.scores", {0, 0, 0, -1});
+  w.add_tensor("a", {32, 2}, GgmlType::kQ8_0, std::string(2 * 34, '\0'));
+  w.add_tensor("b", {4}, GgmlType::kF32, std::string(16, '\0'));
+  const std::string bytes = w.serialize();
+  ASSERT_TRUE(parse(bytes).ok());
+  for (std::size_t n = 0; n < bytes.size(); ++n) {
+    // A heap copy of exactly n bytes, so ASan catches any read past the end.
+    std::vector<std::uint8_t> cut(bytes.begin(), bytes.begin() + static_cast<std::ptrdiff_t>(n));
+    auto f = GgufFile::parse(cut.data(), cut.size(), "cut.gguf");
+    // The last 16 bytes are padding after tensor b's 16 bytes: cutting them loses nothing.
+    if (n >= bytes.size() - 16) {
+      EXPECT_TRUE(f.ok()) << f.status();
+      continue;
+    }
+    EXPECT_FALSE(f.ok()) << "truncated at " << n;
+    if (!f.ok()) {
+      EXPECT_NE(f.status().message().find("cut.gguf"), std::string::npos) << f.status();
+      EXPECT_NE(f.status().message().find("offset"), std::string::npos) << f.status();
+    }
+  }
+}
+
+TEST(Gguf, HostileCountsAndFieldsAreRefusedWithTheirName) {
+  GgufWriter w;
+  w.add_string("general.architecture", "llama");
+  w.add_tensor("weights", {32}, GgmlType::kF32, std::string(128, '\0'));
+  const std::string good = w.serialize();
+  auto patched = [&](std::size_t at, const void* v, std::size_t n) {
+    std::string b = good;
+    std::memcpy(b.data() + at, v, n);
+    return parse(b);
+  };
+  const std::uint64_t huge = ~0ull;
+  auto r = patched(8, &huge, 8);  // tensor count
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("tensor count"), std::string::npos) << r.status();
+  r = patched(16, &huge, 8);  // kv count
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("metadata count"), std::string::npos) << r.status();
+  r = patched(24, &huge, 8);  // key length
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("string length"), std::string::npos) << r.status();
+  const std::uint32_t v1 = 1;
+  r = patched(4, &v1, 4);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("version 1"), std::string::npos) << r.status();
+  r = patched(0, "GGUX", 4);
+  ASSERT_FALSE(r.ok());
+  // Tensor type id, dims and offset.
+  const std::size_t info = good.find("weights") - 8;
+  const std::uint32_t bad_type = 99;
+  r = patched(info + 8 + 7 + 4 + 8, &bad_type, 4);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("tensor 'weights'"), std::string::npos) << r.status();
+  EXPECT_NE(r.status().message().find("unknown tensor type id 99"), std::string::npos) << r.status();
+  const std::uint64_t far = 1 << 20;
+  r = patched(info + 8 + 7 + 4 + 8 + 4, &far, 8);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("extends past the end"), std::string::npos) << r.status();
+  const std::uint64_t big_dim = 1ull << 62;
+  r = patched(info + 8 + 7 + 4, &big_dim, 8);
+  ASSERT_FALSE(r.ok());
+  const std::uint32_t dims5 = 5;
+  r = patched(info + 8 + 7, &dims5, 4);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("dimensions"), std::string::npos) << r.status();
+}
+
+TEST(Gguf, RandomByteFlipsNeverCrash) {
+  HEARTH_REQUIRE_SHARED();
+  const std::string model = read_file(testing::shared_dir() / "models/stories260K.gguf");
+  const std::string header = model.substr(0, 14176);  // metadata and tensor infos only
+  std::mt19937 rng(1234);
+  int refused = 0;
+  for (int trial = 0; trial < 3000; ++trial) {
+    std::vector<std::uint8_t> b(model.begin(), model.end());
+    const int flips = 1 + static_cast<int>(rng() % 4);
+    for (int i = 0; i < flips; ++i) b[rng() % header.size()] ^= static_cast<std::uint8_t>(1u << (rng() % 8));
+    auto f = GgufFile::parse(b.data(), b.size(), "flipped.gguf");
+    refused += !f.ok();
+  }
+  EXPECT_GT(refused, 0);
+}
+
+TEST(Gguf, OpenReportsMissingAndNonGgufFiles) {
+  auto r = GgufFile::open("/nonexistent/model.gguf");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(r.status().message().find("/nonexistent/model.gguf"), std::string::npos);
+  const std::string text = (std::filesystem::temp_directory_path() / "hearth_not_gguf.txt").string();
+  std::ofstream(text) << "this is a text file, not a model\n";
+  r = GgufFile::open(text);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("not a GGUF file"), std::string::npos) << r.status();
+  std::filesystem::remove(text);
+}
+
+}  // namespace
+}  // namespace hearth::engine

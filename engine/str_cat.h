@@ -9,6 +9,8 @@
 #include <string_view>
 #include <type_traits>
 
+#include "absl/strings/string_view.h"
+
 namespace hearth {
 namespace str_cat_internal {
 
@@ -16,6 +18,9 @@ inline void append(std::string& out, std::string_view s) { out.append(s); }
 inline void append(std::string& out, const char* s) { out.append(s); }
 inline void append(std::string& out, const std::string& s) { out.append(s); }
 inline void append(std::string& out, char c) { out.push_back(c); }
+#if !defined(ABSL_USES_STD_STRING_VIEW)
+inline void append(std::string& out, absl::string_view s) { out.append(s.data(), s.size()); }
+#endif
 template <typename T>
   requires(std::integral<T> && !std::same_as<T, char> && !std::same_as<T, bool>)
 void append(std::string& out, T v) {

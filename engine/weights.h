@@ -1,0 +1,86 @@
+// A model's weights, loaded once and shared read-only by every warm instance.
+//
+// Projections become kernels::Linear objects in the layout their kernel wants
+// (packed at load). F32, F16, BF16, Q8_0 and Q4_0 run natively; Q4_K, Q5_K and
+// Q6_K are decoded at load and re-encoded as Q8_0 (per 32 weights, one fp16
+// scale): that re-encoding adds at most half a Q8_0 step (|w|max / 254 of its
+// group) to each weight, far below the K-quant's own error, and costs ~1.06
+// bytes per weight instead of 0.56-0.82 (measured in tests/engine). Any other
+// type is refused by name. The embedding table is read in place from the
+// mapped file when its type is native.
+//
+// Thread safety: immutable after load(); every method is const and safe from
+// any thread. Owned through std::shared_ptr by the Modules that use it.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/gguf.h"
+#include "engine/model_config.h"
+#include "kernels/dtype.h"
+#include "kernels/linear.h"
+
+namespace hearth::engine {
+
+struct LoadOptions {
+  // Re-quantize float (F32/F16/BF16) projection weights at load. Projections
+  // whose input width is not a multiple of 32 stay float.
+  enum class Convert { kNone, kQ8_0, kQ4_0 };
+  Convert convert = Convert::kNone;
+};
+
+// Aggregate-initialised by the loader (Linear has no empty state).
+struct LayerWeights {
+  std::vector<float> attn_norm, ffn_norm;
+  kernels::Linear wq, wk, wv, wo, w_gate, w_up, w_down;
+  std::vector<float> bq, bk, bv;  // qwen2 only; empty otherwise
+};
+
+class ModelWeights {
+ public:
+  static absl::StatusOr<std::shared_ptr<const ModelWeights>> load(std::shared_ptr<const GgufFile> file,
+                                                                  const LoadOptions& options = {});
+
+  const ModelConfig& config() const { return config_; }
+  const GgufFile& file() const { return *file_; }
+  const std::vector<LayerWeights>& layers() const { return layers_; }
+  const std::vector<float>& output_norm() const { return output_norm_; }
+  const kernels::Linear& output() const { return *output_; }
+  // Token embedding table [vocab][n_embd] in `embedding_type()`'s layout.
+  const void* embedding() const { return embedding_; }
+  kernels::DType embedding_type() const { return embedding_type_; }
+  // llama3 rope frequency factors (rot_dim/2 values), or empty.
+  const std::vector<float>& rope_freq_factors() const { return rope_freqs_; }
+
+  // Bytes the projections read per token (the packed weights) and bytes of the
+  // mapped file; a summary of tensor types ("Q8_0 x 154, F32 x 45").
+  std::size_t packed_bytes() const { return packed_bytes_; }
+  std::size_t mapped_bytes() const { return file_->size(); }
+  const std::string& type_summary() const { return type_summary_; }
+  // The predominant projection type: "Q8_0", "Q4_0", "F32", "F16", ...
+  const std::string& quantization() const { return quantization_; }
+
+ private:
+  ModelWeights() = default;
+
+  ModelConfig config_;
+  std::shared_ptr<const GgufFile> file_;
+  std::vector<LayerWeights> layers_;
+  std::vector<float> output_norm_;
+  std::optional<kernels::Linear> output_;  // set by load()
+  const void* embedding_ = nullptr;
+  kernels::DType embedding_type_ = kernels::DType::kF32;
+  std::vector<std::uint8_t> embedding_converted_;  // when the file's type is not native
+  std::vector<float> rope_freqs_;
+  std::size_t packed_bytes_ = 0;
+  std::string type_summary_;
+  std::string quantization_;
+};
+
+}  // namespace hearth::engine

@@ -66,6 +66,30 @@ void GgufWriter::add_int32_array(std::string_view k, const std::vector<std::int3
   for (std::int32_t x : v) put(kv_bytes_, x);
 }
 
+void GgufWriter::add_value(std::string_view k, const GgufValue& v) {
+  key(k, v.type);
+  switch (v.type) {
+    case GgufValueType::kUint8: put<std::uint8_t>(kv_bytes_, static_cast<std::uint8_t>(v.scalar.u64)); break;
+    case GgufValueType::kInt8: put<std::int8_t>(kv_bytes_, static_cast<std::int8_t>(v.scalar.i64)); break;
+    case GgufValueType::kUint16: put<std::uint16_t>(kv_bytes_, static_cast<std::uint16_t>(v.scalar.u64)); break;
+    case GgufValueType::kInt16: put<std::int16_t>(kv_bytes_, static_cast<std::int16_t>(v.scalar.i64)); break;
+    case GgufValueType::kUint32: put<std::uint32_t>(kv_bytes_, static_cast<std::uint32_t>(v.scalar.u64)); break;
+    case GgufValueType::kInt32: put<std::int32_t>(kv_bytes_, static_cast<std::int32_t>(v.scalar.i64)); break;
+    case GgufValueType::kUint64: put<std::uint64_t>(kv_bytes_, v.scalar.u64); break;
+    case GgufValueType::kInt64: put<std::int64_t>(kv_bytes_, v.scalar.i64); break;
+    case GgufValueType::kFloat32: put<float>(kv_bytes_, static_cast<float>(v.scalar.f64)); break;
+    case GgufValueType::kFloat64: put<double>(kv_bytes_, v.scalar.f64); break;
+    case GgufValueType::kBool: put<std::uint8_t>(kv_bytes_, v.scalar.b ? 1 : 0); break;
+    case GgufValueType::kString: put_string(kv_bytes_, v.str); break;
+    case GgufValueType::kArray:
+      // The encoded elements are copied as they were (nested arrays included).
+      put<std::uint32_t>(kv_bytes_, static_cast<std::uint32_t>(v.array_type));
+      put<std::uint64_t>(kv_bytes_, v.array_count);
+      kv_bytes_.append(reinterpret_cast<const char*>(v.array_data), v.array_bytes);
+      break;
+  }
+}
+
 void GgufWriter::add_tensor(std::string_view name, const std::vector<std::uint64_t>& dims, GgmlType type,
                             std::string_view data) {
   tensors_.push_back({std::string(name), dims, type, std::string(data)});

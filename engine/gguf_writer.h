@@ -26,6 +26,9 @@ class GgufWriter {
   void add_float32_array(std::string_view key, const std::vector<float>& v);
   void add_int32_array(std::string_view key, const std::vector<std::int32_t>& v);
 
+  // Copies a value read from another file, whatever its type.
+  void add_value(std::string_view key, const GgufValue& v);
+
   // `dims` ne0 first; `data` holds exactly the tensor's bytes for `type`.
   void add_tensor(std::string_view name, const std::vector<std::uint64_t>& dims, GgmlType type,
                   std::string_view data);

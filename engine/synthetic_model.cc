@@ -1,0 +1,181 @@
+#include "engine/synthetic_model.h"
+
+#include <cmath>
+#include <cstring>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "engine/gguf_writer.h"
+#include "engine/str_cat.h"
+#include "kernels/fp16.h"
+#include "kernels/gguf_blocks.h"
+
+namespace hearth::engine {
+namespace {
+
+// splitmix64: a fast, well-mixed stream; each tensor gets its own seed.
+class Stream {
+ public:
+  explicit Stream(std::uint64_t seed) : s_(seed) {}
+  float uniform_pm1() {  // [-1, 1)
+    s_ += 0x9e3779b97f4a7c15ull;
+    std::uint64_t z = s_;
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    z ^= z >> 31;
+    return static_cast<float>(z >> 40) * (2.0f / 16777216.0f) - 1.0f;
+  }
+
+ private:
+  std::uint64_t s_;
+};
+
+std::uint64_t hash(std::uint64_t seed, std::string_view name) {
+  std::uint64_t h = seed ^ 0xcbf29ce484222325ull;
+  for (char c : name) h = (h ^ static_cast<unsigned char>(c)) * 0x100000001b3ull;
+  return h;
+}
+
+// Encodes rows x cols floats (produced on the fly) in `type`.
+std::string encode(GgmlType type, std::size_t rows, std::size_t cols, Stream& rng, float amplitude, float offset) {
+  std::vector<float> row(cols);
+  std::string out;
+  const std::size_t row_bytes = type == GgmlType::kF32   ? cols * 4
+                                : type == GgmlType::kF16 ? cols * 2
+                                : type == GgmlType::kQ8_0 ? cols / 32 * sizeof(kernels::BlockQ8_0)
+                                                          : cols / 32 * sizeof(kernels::BlockQ4_0);
+  out.resize(rows * row_bytes);
+  for (std::size_t r = 0; r < rows; ++r) {
+    for (float& v : row) v = offset + amplitude * rng.uniform_pm1();
+    char* dst = out.data() + r * row_bytes;
+    switch (type) {
+      case GgmlType::kF32: std::memcpy(dst, row.data(), row_bytes); break;
+      case GgmlType::kF16:
+        for (std::size_t i = 0; i < cols; ++i) {
+          const std::uint16_t h = kernels::f32_to_fp16(row[i]);
+          std::memcpy(dst + 2 * i, &h, 2);
+        }
+        break;
+      case GgmlType::kQ8_0:
+        kernels::quantize_row_q8_0(row.data(), reinterpret_cast<kernels::BlockQ8_0*>(dst), cols);
+        break;
+      default: kernels::quantize_row_q4_0(row.data(), reinterpret_cast<kernels::BlockQ4_0*>(dst), cols); break;
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> vocabulary(std::size_t n) {
+  std::vector<std::string> v = {"<unk>", "<s>", "</s>"};
+  static const char hex[] = "0123456789ABCDEF";
+  for (int b = 0; b < 256; ++b) v.push_back(std::string("<0x") + hex[b >> 4] + hex[b & 15] + ">");
+  v.push_back("\xe2\x96\x81");  // "▁"
+  const std::string letters = "etaoinshrdlucmfwypvbgkjqxz";
+  for (char c : letters) v.push_back(std::string(1, c));
+  for (char c : letters) v.push_back("\xe2\x96\x81" + std::string(1, c));
+  // Two- and three-letter pieces, with and without the word-start marker.
+  for (std::size_t len = 2; v.size() < n && len <= 3; ++len) {
+    std::vector<std::string> level = {""};
+    for (std::size_t k = 0; k < len; ++k) {
+      std::vector<std::string> next;
+      for (const auto& p : level)
+        for (char c : letters) next.push_back(p + c);
+      level = std::move(next);
+    }
+    for (const auto& p : level) {
+      if (v.size() < n) v.push_back("\xe2\x96\x81" + p);
+      if (v.size() < n) v.push_back(p);
+    }
+  }
+  for (std::size_t i = 0; v.size() < n; ++i) v.push_back(str_cat("<extra_", i, ">"));
+  v.resize(n);
+  return v;
+}
+
+}  // namespace
+
+SyntheticModelSpec demo_model_spec() {
+  SyntheticModelSpec s;
+  s.name = "hearth-demo (synthetic, random weights)";
+  return s;
+}
+
+absl::StatusOr<std::string> synthesize_model(const SyntheticModelSpec& s) {
+  auto bad = [](std::string_view what) { return absl::InvalidArgumentError(str_cat("synthetic model: ", what)); };
+  if (s.n_embd == 0 || s.n_layer == 0 || s.n_head == 0 || s.n_head_kv == 0 || s.n_ff == 0) {
+    return bad("every dimension must be positive");
+  }
+  if (s.n_embd % s.n_head != 0) return bad(str_cat("dim ", s.n_embd, " is not a multiple of heads ", s.n_head));
+  if (s.n_head % s.n_head_kv != 0) return bad(str_cat("heads ", s.n_head, " is not a multiple of kv heads ", s.n_head_kv));
+  if ((s.n_embd / s.n_head) % 2 != 0) return bad("the head dimension must be even");
+  if (s.n_vocab < 300) return bad(str_cat("vocab ", s.n_vocab, " is below the minimum of 300"));
+  const bool blocks = s.weight_type == GgmlType::kQ8_0 || s.weight_type == GgmlType::kQ4_0;
+  if (!blocks && s.weight_type != GgmlType::kF32 && s.weight_type != GgmlType::kF16) {
+    return bad(str_cat("weight type ", ggml_type_name(s.weight_type), " is not one of F32, F16, Q8_0, Q4_0"));
+  }
+  if (blocks && (s.n_embd % 32 != 0 || s.n_ff % 32 != 0)) {
+    return bad(str_cat("dim ", s.n_embd, " and ffn ", s.n_ff, " must be multiples of 32 for ",
+                       ggml_type_name(s.weight_type)));
+  }
+  const std::size_t head_dim = s.n_embd / s.n_head, kv_dim = head_dim * s.n_head_kv;
+  GgufWriter w;
+  w.add_string("general.architecture", "llama");
+  w.add_string("general.name", s.name);
+  w.add_uint32("general.file_type", s.weight_type == GgmlType::kF32 ? 0 : s.weight_type == GgmlType::kF16 ? 1
+                                    : s.weight_type == GgmlType::kQ8_0 ? 7 : 2);
+  w.add_uint32("llama.block_count", static_cast<std::uint32_t>(s.n_layer));
+  w.add_uint32("llama.embedding_length", static_cast<std::uint32_t>(s.n_embd));
+  w.add_uint32("llama.attention.head_count", static_cast<std::uint32_t>(s.n_head));
+  w.add_uint32("llama.attention.head_count_kv", static_cast<std::uint32_t>(s.n_head_kv));
+  w.add_uint32("llama.feed_forward_length", static_cast<std::uint32_t>(s.n_ff));
+  w.add_uint32("llama.context_length", static_cast<std::uint32_t>(s.context_length));
+  w.add_uint32("llama.rope.dimension_count", static_cast<std::uint32_t>(head_dim));
+  w.add_float32("llama.rope.freq_base", 10000.0f);
+  w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  const std::vector<std::string> vocab = vocabulary(s.n_vocab);
+  std::vector<float> scores(vocab.size(), 0.0f);
+  std::vector<std::int32_t> types(vocab.size(), 1);
+  types[0] = 2;
+  types[1] = types[2] = 3;
+  for (int b = 0; b < 256; ++b) types[3 + b] = 6;
+  for (std::size_t i = 259; i < vocab.size(); ++i) scores[i] = -static_cast<float>(vocab[i].size());
+  w.add_string("tokenizer.ggml.model", "llama");
+  w.add_string_array("tokenizer.ggml.tokens", vocab);
+  w.add_float32_array("tokenizer.ggml.scores", scores);
+  w.add_int32_array("tokenizer.ggml.token_type", types);
+  w.add_uint32("tokenizer.ggml.bos_token_id", 1);
+  w.add_uint32("tokenizer.ggml.eos_token_id", 2);
+  w.add_uint32("tokenizer.ggml.unknown_token_id", 0);
+
+  auto matrix = [&](const std::string& name, std::size_t n_in, std::size_t n_out) {
+    Stream rng(hash(s.seed, name));
+    w.add_tensor(name, {n_in, n_out}, s.weight_type,
+                 encode(s.weight_type, n_out, n_in, rng, std::sqrt(3.0f / static_cast<float>(n_in)), 0.0f));
+  };
+  auto norm = [&](const std::string& name) {
+    Stream rng(hash(s.seed, name));
+    w.add_tensor(name, {s.n_embd}, GgmlType::kF32, encode(GgmlType::kF32, 1, s.n_embd, rng, 0.1f, 1.0f));
+  };
+  {
+    Stream rng(hash(s.seed, "token_embd.weight"));
+    w.add_tensor("token_embd.weight", {s.n_embd, s.n_vocab}, s.weight_type,
+                 encode(s.weight_type, s.n_vocab, s.n_embd, rng, 1.0f, 0.0f));
+  }
+  for (std::size_t l = 0; l < s.n_layer; ++l) {
+    const std::string p = str_cat("blk.", l, ".");
+    norm(p + "attn_norm.weight");
+    matrix(p + "attn_q.weight", s.n_embd, s.n_embd);
+    matrix(p + "attn_k.weight", s.n_embd, kv_dim);
+    matrix(p + "attn_v.weight", s.n_embd, kv_dim);
+    matrix(p + "attn_output.weight", s.n_embd, s.n_embd);
+    norm(p + "ffn_norm.weight");
+    matrix(p + "ffn_gate.weight", s.n_embd, s.n_ff);
+    matrix(p + "ffn_up.weight", s.n_embd, s.n_ff);
+    matrix(p + "ffn_down.weight", s.n_ff, s.n_embd);
+  }
+  norm("output_norm.weight");
+  matrix("output.weight", s.n_embd, s.n_vocab);
+  return w.serialize();
+}
+
+}  // namespace hearth::engine

@@ -1,0 +1,40 @@
+// Deterministic synthetic llama models: the server's built-in demo model and
+// the shapes every speed benchmark runs on (`hearth-model synth`).
+//
+// The weights are pseudo-random (uniform, scaled by 1/sqrt(fan-in) so
+// activations keep their magnitude through the layers); the vocabulary is a
+// SentencePiece-style ("llama") one: <unk>, <s>, </s>, the 256 byte tokens,
+// then "▁"-prefixed and plain pieces built from letters. The text it generates
+// is meaningless, but every code path of a real model runs.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "engine/gguf.h"
+
+namespace hearth::engine {
+
+struct SyntheticModelSpec {
+  std::string name = "hearth-synthetic";
+  std::size_t n_embd = 256;
+  std::size_t n_layer = 4;
+  std::size_t n_head = 8;
+  std::size_t n_head_kv = 8;
+  std::size_t n_ff = 704;
+  std::size_t n_vocab = 4096;
+  std::size_t context_length = 2048;
+  GgmlType weight_type = GgmlType::kQ8_0;  // F32, F16, Q8_0 or Q4_0 for projections and embeddings
+  std::uint64_t seed = 1;
+};
+
+// The built-in demo model: small enough to load in well under a second.
+SyntheticModelSpec demo_model_spec();
+
+// The whole GGUF file in memory. InvalidArgument names an inconsistent field
+// (heads not dividing the width, a block type with rows not a multiple of 32...).
+absl::StatusOr<std::string> synthesize_model(const SyntheticModelSpec& spec);
+
+}  // namespace hearth::engine

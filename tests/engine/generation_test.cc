@@ -1,0 +1,183 @@
+#include "engine/generation.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+
+#include "memory/thread_temp_allocator.h"
+#include "tests/support/heap_counter.h"
+#include "tests/support/shared_data.h"
+
+namespace hearth::engine {
+namespace {
+
+struct Loaded {
+  std::shared_ptr<const GgufFile> file;
+  std::unique_ptr<Tokenizer> tokenizer;
+  std::unique_ptr<Module> module;
+};
+
+Loaded load_stories(KvCacheType kv = KvCacheType::kFloat, std::size_t context = 256) {
+  Loaded l;
+  auto f = GgufFile::open((testing::shared_dir() / "models/stories260K.gguf").string());
+  EXPECT_TRUE(f.ok()) << f.status();
+  l.file = std::move(*f);
+  auto t = Tokenizer::from_gguf(*l.file);
+  EXPECT_TRUE(t.ok()) << t.status();
+  l.tokenizer = std::move(*t);
+  ModuleOptions o;
+  o.kv_cache = kv;
+  o.context_length = context;
+  auto m = Module::load(l.file, o);
+  EXPECT_TRUE(m.ok()) << m.status();
+  l.module = std::move(*m);
+  return l;
+}
+
+TEST(Generation, GreedyTextMatchesTheReferenceAndStreamsInOrder) {
+  HEARTH_REQUIRE_SHARED();
+  Loaded l = load_stories();
+  GenerationRequest req;
+  req.prompt = "Once upon a time";
+  req.max_tokens = 64;
+  std::string streamed;
+  std::vector<std::int32_t> streamed_ids;
+  auto r = generate(*l.module, *l.tokenizer, req, [&](std::string_view text, std::int32_t id) {
+    streamed += text;
+    if (id >= 0) streamed_ids.push_back(id);
+  });
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->prompt_ids, (std::vector<std::int32_t>{1, 403, 407, 261, 378}));
+  EXPECT_EQ(r->text,
+            ", there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big, red "
+            "ball. She wanted to play with it, but it was too high.\nLily's mom said");
+  EXPECT_EQ(streamed, r->text);
+  EXPECT_EQ(streamed_ids, r->generated_ids);
+  EXPECT_EQ(r->finish, FinishReason::kMaxTokens);
+  EXPECT_EQ(r->stats.prompt_tokens, 5u);
+  EXPECT_EQ(r->stats.generated_tokens, 64u);
+  EXPECT_GT(r->stats.time_to_first_token_s, 0.0);
+  EXPECT_GT(r->stats.decode_tokens_per_s(), 0.0);
+  // Every step after the first reuses the cached blocks.
+  EXPECT_GT(r->stats.temp_lookups, 0u);
+  EXPECT_GE(static_cast<double>(r->stats.temp_hits) / r->stats.temp_lookups, 0.95);
+  EXPECT_GT(r->stats.temp_peak_bytes, 0u);
+}
+
+TEST(Generation, StopStringsCutTheTextAndReportStop) {
+  HEARTH_REQUIRE_SHARED();
+  Loaded l = load_stories();
+  GenerationRequest req;
+  req.prompt = "Once upon a time";
+  req.max_tokens = 64;
+  req.stop = {"Lily"};
+  auto r = generate(*l.module, *l.tokenizer, req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->text, ", there was a little girl named ");
+  EXPECT_EQ(r->finish, FinishReason::kStopString);
+}
+
+TEST(Generation, SeededSamplingIsReproducible) {
+  HEARTH_REQUIRE_SHARED();
+  Loaded l = load_stories();
+  GenerationRequest req;
+  req.prompt = "Lily and Tom";
+  req.max_tokens = 40;
+  req.sampling.temperature = 0.9f;
+  req.sampling.top_k = 40;
+  req.sampling.top_p = 0.95f;
+  req.sampling.seed = 1234;
+  auto a = generate(*l.module, *l.tokenizer, req);
+  auto b = generate(*l.module, *l.tokenizer, req);
+  req.sampling.seed = 99;
+  auto c = generate(*l.module, *l.tokenizer, req);
+  ASSERT_TRUE(a.ok() && b.ok() && c.ok());
+  EXPECT_EQ(a->generated_ids, b->generated_ids);
+  EXPECT_NE(a->generated_ids, c->generated_ids);
+}
+
+TEST(Generation, CancellationIsCheckedEveryToken) {
+  HEARTH_REQUIRE_SHARED();
+  Loaded l = load_stories();
+  GenerationRequest req;
+  req.prompt = "Once upon a time";
+  req.max_tokens = 64;
+  int tokens = 0;
+  auto r = generate(
+      *l.module, *l.tokenizer, req, [&](std::string_view, std::int32_t id) { tokens += id >= 0; },
+      [&] { return tokens >= 3; });
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->finish, FinishReason::kCancelled);
+  EXPECT_EQ(r->generated_ids.size(), 3u);
+}
+
+TEST(Generation, ContextLimitEndsGeneration) {
+  HEARTH_REQUIRE_SHARED();
+  Loaded l = load_stories(KvCacheType::kInt8, 16);
+  GenerationRequest req;
+  req.prompt = "Once upon a time";  // 5 tokens
+  req.max_tokens = 100;
+  auto r = generate(*l.module, *l.tokenizer, req);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->finish, FinishReason::kContextLimit);
+  EXPECT_EQ(r->prompt_ids.size() + r->generated_ids.size(), 17u);  // 16 positions + the last sampled token
+}
+
+TEST(Generation, BadRequestsNameTheField) {
+  HEARTH_REQUIRE_SHARED();
+  Loaded l = load_stories(KvCacheType::kInt8, 16);
+  GenerationRequest req;
+  auto r = generate(*l.module, *l.tokenizer, req);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("prompt"), std::string::npos);
+  req.prompt = std::string(200, 'x');
+  r = generate(*l.module, *l.tokenizer, req);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("context"), std::string::npos) << r.status();
+  req.prompt = "hi";
+  req.sampling.temperature = -2;
+  r = generate(*l.module, *l.tokenizer, req);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("temperature"), std::string::npos);
+  req = {};
+  req.prompt_ids = {1, 9999};
+  r = generate(*l.module, *l.tokenizer, req);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("prompt_ids"), std::string::npos);
+}
+
+// A steady decode step (forward of one token + sampling) makes no heap allocation.
+TEST(Generation, SteadyDecodeStepMakesNoHeapAllocation) {
+  HEARTH_REQUIRE_SHARED();
+  for (KvCacheType kv : {KvCacheType::kInt8, KvCacheType::kFloat}) {
+    Loaded l = load_stories(kv);
+    Module& m = *l.module;
+    SamplingParams sp;
+    sp.temperature = 0.8f;
+    sp.top_k = 20;
+    sp.repetition_penalty = 1.1f;
+    Sampler sampler(sp, m.config().n_vocab);
+    std::vector<std::int32_t> history = {1, 403, 407, 261, 378};
+    history.reserve(64);
+    MemoryAllocator& temp = m.temp_allocator();
+    auto logits = m.forward(history, 0);
+    ASSERT_TRUE(logits.ok());
+    std::size_t pos = history.size();
+    auto step = [&] {
+      const std::int32_t t = sampler.sample(logits->data(), history, temp);
+      history.push_back(t);
+      temp.reset();
+      const std::int32_t one[1] = {t};
+      logits = m.forward(one, pos++);
+    };
+    for (int i = 0; i < 4; ++i) step();  // warm the temp allocator
+    hearth::testing::HeapCounter counter;
+    for (int i = 0; i < 16; ++i) step();
+    EXPECT_EQ(counter.allocations(), 0u) << kv_cache_type_name(kv);
+    ASSERT_TRUE(logits.ok());
+    temp.reset();
+  }
+}
+
+}  // namespace
+}  // namespace hearth::engine

@@ -1,0 +1,250 @@
+// hearth-model: look at, tokenize with, quantize and synthesize GGUF models.
+//
+//   hearth-model inspect FILE
+//   hearth-model tokenize FILE [--bos|--no-bos] [--parse-special|--no-parse-special] < text
+//   hearth-model quantize IN OUT --type q8_0|q4_0
+//   hearth-model synth OUT [--dim N --layers N --heads N --kv-heads N --ffn N --vocab N --context N
+//                           --type f32|f16|q8_0|q4_0 --seed N --name TEXT]
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <iostream>
+#include <iterator>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "engine/gguf_writer.h"
+#include "engine/kquants.h"
+#include "engine/str_cat.h"
+#include "engine/synthetic_model.h"
+#include "engine/tokenizer.h"
+#include "kernels/fp16.h"
+#include "kernels/gguf_blocks.h"
+#include "tools/cli_flags.h"
+
+namespace {
+
+using namespace hearth;
+using engine::GgmlType;
+using engine::GgufValueType;
+
+constexpr const char* kUsage = R"(usage:
+  hearth-model inspect FILE              metadata and tensors
+  hearth-model tokenize FILE [flags]     text on stdin -> token ids (one JSON array) on stdout
+      --bos / --no-bos                   add BOS (default: the model's rule; llama vocabularies add it)
+      --parse-special / --no-parse-special
+                                         turn special-token text such as <s> into its id (default: off)
+  hearth-model quantize IN OUT --type q8_0|q4_0
+                                         F32/F16/BF16 2-D weights -> Q8_0 or Q4_0; rows whose length is
+                                         not a multiple of 32 stay as they are; 1-D tensors stay F32
+  hearth-model synth OUT [--dim 256 --layers 4 --heads 8 --kv-heads 8 --ffn 704 --vocab 4096
+                          --context 2048 --type q8_0 --seed 1 --name TEXT]
+                                         a deterministic synthetic llama model
+)";
+
+int fail(const std::string& m) {
+  std::fprintf(stderr, "%s\n", m.c_str());
+  return 2;
+}
+
+std::string describe(const engine::GgufValue& v) {
+  switch (v.type) {
+    case GgufValueType::kString: return tools::json_string(std::string(v.str.substr(0, 200)));
+    case GgufValueType::kBool: return v.scalar.b ? "true" : "false";
+    case GgufValueType::kFloat32:
+    case GgufValueType::kFloat64: return hearth::str_cat(v.scalar.f64);
+    case GgufValueType::kInt8:
+    case GgufValueType::kInt16:
+    case GgufValueType::kInt32:
+    case GgufValueType::kInt64: return hearth::str_cat(v.scalar.i64);
+    case GgufValueType::kArray:
+      return hearth::str_cat("[", engine::gguf_value_type_name(v.array_type), " x ", v.array_count, "]");
+    default: return hearth::str_cat(v.scalar.u64);
+  }
+}
+
+absl::StatusOr<std::shared_ptr<const engine::GgufFile>> open(const std::string& path) {
+  auto f = engine::GgufFile::open(path);
+  if (!f.ok()) return f.status();
+  return std::shared_ptr<const engine::GgufFile>(std::move(*f));
+}
+
+int inspect(int argc, char** argv) {
+  tools::Flags flags("hearth-model inspect", {}, {});
+  if (!flags.parse(argc, argv, 2)) return fail(flags.error());
+  if (flags.positional().size() != 1) return fail("hearth-model inspect: expected one FILE");
+  auto f = open(flags.positional()[0]);
+  if (!f.ok()) return fail("hearth-model: " + std::string(f.status().message()));
+  const auto& g = **f;
+  std::printf("file: %s\nGGUF version %u, %zu bytes, alignment %zu, tensor data at %zu\n\nmetadata (%zu):\n",
+              g.name().c_str(), g.version(), g.size(), g.alignment(), g.data_offset(), g.metadata().size());
+  for (const auto& kv : g.metadata()) {
+    std::printf("  %-48s %-8s %s\n", std::string(kv.key).c_str(), engine::gguf_value_type_name(kv.value.type),
+                describe(kv.value).c_str());
+  }
+  std::printf("\ntensors (%zu):\n", g.tensors().size());
+  std::map<std::string, std::uint64_t> bytes_by_type;
+  for (const auto& t : g.tensors()) {
+    std::string dims = std::to_string(t.dims[0]);
+    for (std::uint32_t d = 1; d < t.n_dims; ++d) dims += " x " + std::to_string(t.dims[d]);
+    std::printf("  %-36s %-6s [%s] offset %llu, %llu bytes\n", std::string(t.name).c_str(),
+                engine::ggml_type_name(t.type).c_str(), dims.c_str(), static_cast<unsigned long long>(t.offset),
+                static_cast<unsigned long long>(t.n_bytes));
+    bytes_by_type[engine::ggml_type_name(t.type)] += t.n_bytes;
+  }
+  std::printf("\nbytes by type:");
+  for (const auto& [type, b] : bytes_by_type) std::printf(" %s %llu;", type.c_str(), static_cast<unsigned long long>(b));
+  std::printf("\n");
+  return 0;
+}
+
+int tokenize(int argc, char** argv) {
+  tools::Flags flags("hearth-model tokenize", {}, {"bos", "parse-special"});
+  if (!flags.parse(argc, argv, 2)) return fail(flags.error());
+  if (flags.positional().size() != 1) return fail("hearth-model tokenize: expected one FILE (text comes on stdin)");
+  auto f = open(flags.positional()[0]);
+  if (!f.ok()) return fail("hearth-model: " + std::string(f.status().message()));
+  auto tok = engine::Tokenizer::from_gguf(**f);
+  if (!tok.ok()) return fail("hearth-model: " + std::string(tok.status().message()));
+  const std::string text(std::istreambuf_iterator<char>(std::cin), {});
+  engine::TokenizeOptions o;
+  o.add_bos = flags.get_bool("bos");
+  o.parse_special = flags.get_bool("parse-special").value_or(false);
+  auto ids = (*tok)->encode(text, o);
+  if (!ids.ok()) return fail("hearth-model: " + std::string(ids.status().message()));
+  std::string out = "[";
+  for (std::size_t i = 0; i < ids->size(); ++i) {
+    if (i) out += ", ";
+    out += std::to_string((*ids)[i]);
+  }
+  std::printf("%s]\n", out.c_str());
+  return 0;
+}
+
+// A 2-D float tensor as floats (F32, F16 or BF16), or nullopt for other types.
+std::optional<std::vector<float>> float_data(const engine::GgufTensorInfo& t) {
+  std::vector<float> x(t.n_elements);
+  if (t.type == GgmlType::kF32) {
+    std::memcpy(x.data(), t.data, x.size() * 4);
+  } else if (t.type == GgmlType::kF16 || t.type == GgmlType::kBF16) {
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      std::uint16_t h;
+      std::memcpy(&h, t.data + 2 * i, 2);
+      x[i] = t.type == GgmlType::kF16 ? kernels::fp16_to_f32(h) : kernels::bf16_to_f32(h);
+    }
+  } else {
+    return std::nullopt;
+  }
+  return x;
+}
+
+int quantize(int argc, char** argv) {
+  tools::Flags flags("hearth-model quantize", {"type"}, {});
+  if (!flags.parse(argc, argv, 2)) return fail(flags.error());
+  if (flags.positional().size() != 2) return fail("hearth-model quantize: expected IN and OUT files");
+  const std::string type = flags.get("type");
+  if (type != "q8_0" && type != "q4_0") return fail("hearth-model quantize: --type must be q8_0 or q4_0");
+  const bool q8 = type == "q8_0";
+  auto f = open(flags.positional()[0]);
+  if (!f.ok()) return fail("hearth-model: " + std::string(f.status().message()));
+  const auto& g = **f;
+  engine::GgufWriter w(g.alignment());
+  for (const auto& kv : g.metadata()) {
+    if (kv.key == "general.alignment") continue;  // the writer adds it
+    if (kv.key == "general.file_type") {
+      w.add_uint32("general.file_type", q8 ? 7 : 2);  // MOSTLY_Q8_0 / MOSTLY_Q4_0
+      continue;
+    }
+    w.add_value(kv.key, kv.value);
+  }
+  if (g.find("general.file_type") == nullptr) w.add_uint32("general.file_type", q8 ? 7 : 2);
+  int converted = 0, kept = 0;
+  for (const auto& t : g.tensors()) {
+    std::vector<std::uint64_t> dims(t.dims, t.dims + t.n_dims);
+    const std::string_view raw(reinterpret_cast<const char*>(t.data), t.n_bytes);
+    std::optional<std::vector<float>> x;
+    if (t.n_dims == 2 && t.dims[0] % 32 == 0) x = float_data(t);
+    if (!x) {
+      // 1-D tensors (norms), rows not a multiple of 32, and already-quantized tensors stay as they are.
+      w.add_tensor(t.name, dims, t.type, raw);
+      ++kept;
+      continue;
+    }
+    std::string out;
+    if (q8) {
+      out.resize(x->size() / 32 * sizeof(kernels::BlockQ8_0));
+      kernels::quantize_row_q8_0(x->data(), reinterpret_cast<kernels::BlockQ8_0*>(out.data()), x->size());
+    } else {
+      out.resize(x->size() / 32 * sizeof(kernels::BlockQ4_0));
+      kernels::quantize_row_q4_0(x->data(), reinterpret_cast<kernels::BlockQ4_0*>(out.data()), x->size());
+    }
+    w.add_tensor(t.name, dims, q8 ? GgmlType::kQ8_0 : GgmlType::kQ4_0, out);
+    ++converted;
+  }
+  if (auto s = w.write(flags.positional()[1]); !s.ok()) return fail("hearth-model: " + std::string(s.message()));
+  std::fprintf(stderr, "hearth-model: wrote %s: %d tensors quantized to %s, %d kept as they were\n",
+               flags.positional()[1].c_str(), converted, q8 ? "Q8_0" : "Q4_0", kept);
+  return 0;
+}
+
+int synth(int argc, char** argv) {
+  tools::Flags flags("hearth-model synth",
+                     {"dim", "layers", "heads", "kv-heads", "ffn", "vocab", "context", "type", "seed", "name"}, {});
+  if (!flags.parse(argc, argv, 2)) return fail(flags.error());
+  if (flags.positional().size() != 1) return fail("hearth-model synth: expected one OUT file");
+  engine::SyntheticModelSpec s;
+  std::int64_t dim = static_cast<std::int64_t>(s.n_embd), layers = static_cast<std::int64_t>(s.n_layer),
+               heads = static_cast<std::int64_t>(s.n_head), kv_heads = -1, ffn = static_cast<std::int64_t>(s.n_ff),
+               vocab = static_cast<std::int64_t>(s.n_vocab), context = static_cast<std::int64_t>(s.context_length),
+               seed = static_cast<std::int64_t>(s.seed);
+  const bool ok = flags.get_int("dim", 1, 65536, &dim) && flags.get_int("layers", 1, 1024, &layers) &&
+                  flags.get_int("heads", 1, 1024, &heads) && flags.get_int("kv-heads", 1, 1024, &kv_heads) &&
+                  flags.get_int("ffn", 1, 1 << 20, &ffn) && flags.get_int("vocab", 300, 1 << 20, &vocab) &&
+                  flags.get_int("context", 1, 1 << 20, &context) && flags.get_int("seed", 0, INT64_MAX, &seed);
+  if (!ok) return fail(flags.error());
+  s.n_embd = static_cast<std::size_t>(dim);
+  s.n_layer = static_cast<std::size_t>(layers);
+  s.n_head = static_cast<std::size_t>(heads);
+  s.n_head_kv = static_cast<std::size_t>(kv_heads < 0 ? heads : kv_heads);
+  s.n_ff = static_cast<std::size_t>(ffn);
+  s.n_vocab = static_cast<std::size_t>(vocab);
+  s.context_length = static_cast<std::size_t>(context);
+  s.seed = static_cast<std::uint64_t>(seed);
+  if (flags.has("name")) s.name = flags.get("name");
+  const std::string type = flags.get("type", "q8_0");
+  if (type == "f32") {
+    s.weight_type = GgmlType::kF32;
+  } else if (type == "f16") {
+    s.weight_type = GgmlType::kF16;
+  } else if (type == "q8_0") {
+    s.weight_type = GgmlType::kQ8_0;
+  } else if (type == "q4_0") {
+    s.weight_type = GgmlType::kQ4_0;
+  } else {
+    return fail("hearth-model synth: --type: '" + type + "' is not f32, f16, q8_0 or q4_0");
+  }
+  auto bytes = engine::synthesize_model(s);
+  if (!bytes.ok()) return fail("hearth-model synth: " + std::string(bytes.status().message()));
+  std::FILE* out = std::fopen(flags.positional()[0].c_str(), "wb");
+  if (out == nullptr) return fail("hearth-model synth: cannot create '" + flags.positional()[0] + "'");
+  const bool written = std::fwrite(bytes->data(), 1, bytes->size(), out) == bytes->size();
+  if (std::fclose(out) != 0 || !written) return fail("hearth-model synth: cannot write '" + flags.positional()[0] + "'");
+  std::fprintf(stderr, "hearth-model: wrote %s (%zu bytes)\n", flags.positional()[0].c_str(), bytes->size());
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "help") {
+    std::fputs(kUsage, argc < 2 ? stderr : stdout);
+    return argc < 2 ? 2 : 0;
+  }
+  const std::string cmd = argv[1];
+  if (cmd == "inspect") return inspect(argc, argv);
+  if (cmd == "tokenize") return tokenize(argc, argv);
+  if (cmd == "quantize") return quantize(argc, argv);
+  if (cmd == "synth") return synth(argc, argv);
+  return fail(("hearth-model: unknown command '" + cmd + "'\n").append(kUsage));
+}

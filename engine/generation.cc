@@ -12,23 +12,32 @@ namespace hearth::engine {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double seconds(Clock::time_point a, Clock::time_point b) { return std::chrono::duration<double>(b - a).count(); }
+double seconds(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
 
 }  // namespace
 
 const char* finish_reason_name(FinishReason r) {
   switch (r) {
-    case FinishReason::kEos: return "eos";
-    case FinishReason::kStopString: return "stop";
-    case FinishReason::kMaxTokens: return "length";
-    case FinishReason::kContextLimit: return "context";
-    case FinishReason::kCancelled: return "cancelled";
+    case FinishReason::kEos:
+      return "eos";
+    case FinishReason::kStopString:
+      return "stop";
+    case FinishReason::kMaxTokens:
+      return "length";
+    case FinishReason::kContextLimit:
+      return "context";
+    case FinishReason::kCancelled:
+      return "cancelled";
   }
   return "unknown";
 }
 
-absl::StatusOr<GenerationResult> generate(Module& module, const Tokenizer& tokenizer, const GenerationRequest& request,
-                                          const TokenCallback& on_token, const CancelCheck& cancelled) {
+absl::StatusOr<GenerationResult> generate(Module& module, const Tokenizer& tokenizer,
+                                          const GenerationRequest& request,
+                                          const TokenCallback& on_token,
+                                          const CancelCheck& cancelled) {
   const auto t_start = Clock::now();
   if (auto s = validate_sampling(request.sampling); !s.ok()) return s;
   GenerationResult result;
@@ -36,8 +45,9 @@ absl::StatusOr<GenerationResult> generate(Module& module, const Tokenizer& token
     result.prompt_ids = request.prompt_ids;
     for (std::int32_t id : result.prompt_ids) {
       if (id < 0 || static_cast<std::size_t>(id) >= module.config().n_vocab) {
-        return absl::InvalidArgumentError(
-            str_cat("prompt_ids: token id ", id, " is outside the vocabulary [0, ", module.config().n_vocab, ")"));
+        return absl::InvalidArgumentError(str_cat("prompt_ids: token id ", id,
+                                                  " is outside the vocabulary [0, ",
+                                                  module.config().n_vocab, ")"));
       }
     }
   } else {
@@ -50,15 +60,17 @@ absl::StatusOr<GenerationResult> generate(Module& module, const Tokenizer& token
   const std::size_t context = module.context_length();
   if (n_prompt == 0) return absl::InvalidArgumentError("prompt: tokenizes to no tokens");
   if (n_prompt >= context) {
-    return absl::InvalidArgumentError(str_cat("prompt: ", n_prompt, " tokens do not fit the context of ", context,
-                                              " tokens (at most ", context - 1, " leave room to generate)"));
+    return absl::InvalidArgumentError(
+        str_cat("prompt: ", n_prompt, " tokens do not fit the context of ", context,
+                " tokens (at most ", context - 1, " leave room to generate)"));
   }
   result.stats.prompt_tokens = n_prompt;
 
   // Own the temp allocator for the whole generation; reset it after each step.
   TempAllocatorLease lease;
   MemoryAllocator& temp = module.temp_allocator();
-  CachingAllocator* caching = &temp == static_cast<MemoryAllocator*>(&lease.allocator()) ? &lease.allocator() : nullptr;
+  CachingAllocator* caching =
+      &temp == static_cast<MemoryAllocator*>(&lease.allocator()) ? &lease.allocator() : nullptr;
   const CachingAllocatorStats temp_before = caching ? caching->stats() : CachingAllocatorStats{};
   std::uint64_t step_peak = 0;
   auto end_step = [&] {
@@ -107,7 +119,9 @@ absl::StatusOr<GenerationResult> generate(Module& module, const Tokenizer& token
   while (!cancelled_now && result.generated_ids.size() < request.max_tokens) {
     const std::int32_t token = sampler.sample(logits.data(), history, temp);
     end_step();
-    if (token < 0) return absl::ResourceExhaustedError("sampler: the temp allocator could not provide scratch memory");
+    if (token < 0)
+      return absl::ResourceExhaustedError(
+          "sampler: the temp allocator could not provide scratch memory");
     if (result.generated_ids.empty()) {
       t_first = Clock::now();
       result.stats.time_to_first_token_s = seconds(t_start, t_first);

@@ -35,7 +35,7 @@ class Cursor {
   absl::Status truncated(std::string_view what, std::size_t need) const {
     return error(what, pos_,
                  str_cat("needs ", need, " bytes but the file has only ", remaining(),
-                              " left (file size ", size_, "; truncated?)"));
+                         " left (file size ", size_, "; truncated?)"));
   }
 
   template <typename T>
@@ -51,8 +51,9 @@ class Cursor {
     std::uint64_t len = 0;
     if (auto s = read(&len, what); !s.ok()) return s;
     if (len > remaining()) {
-      return error(what, at,
-                   str_cat("string length ", len, " exceeds the ", remaining(), " bytes left in the file"));
+      return error(
+          what, at,
+          str_cat("string length ", len, " exceeds the ", remaining(), " bytes left in the file"));
     }
     *out = std::string_view(reinterpret_cast<const char*>(data_ + pos_), len);
     pos_ += len;
@@ -78,20 +79,27 @@ std::size_t scalar_size(GgufValueType t) {
   switch (t) {
     case GgufValueType::kUint8:
     case GgufValueType::kInt8:
-    case GgufValueType::kBool: return 1;
+    case GgufValueType::kBool:
+      return 1;
     case GgufValueType::kUint16:
-    case GgufValueType::kInt16: return 2;
+    case GgufValueType::kInt16:
+      return 2;
     case GgufValueType::kUint32:
     case GgufValueType::kInt32:
-    case GgufValueType::kFloat32: return 4;
+    case GgufValueType::kFloat32:
+      return 4;
     case GgufValueType::kUint64:
     case GgufValueType::kInt64:
-    case GgufValueType::kFloat64: return 8;
-    default: return 0;
+    case GgufValueType::kFloat64:
+      return 8;
+    default:
+      return 0;
   }
 }
 
-bool known_value_type(std::uint32_t t) { return t <= static_cast<std::uint32_t>(GgufValueType::kFloat64); }
+bool known_value_type(std::uint32_t t) {
+  return t <= static_cast<std::uint32_t>(GgufValueType::kFloat64);
+}
 
 template <typename T>
 absl::Status read_scalar(Cursor& c, std::string_view what, GgufValue* v) {
@@ -113,24 +121,36 @@ absl::Status read_value(Cursor& c, GgufValueType t, std::string_view key, int de
   v->file_offset = c.pos();
   const std::string what = str_cat("value of key '", key, "'");
   switch (t) {
-    case GgufValueType::kUint8: return read_scalar<std::uint8_t>(c, what, v);
-    case GgufValueType::kInt8: return read_scalar<std::int8_t>(c, what, v);
-    case GgufValueType::kUint16: return read_scalar<std::uint16_t>(c, what, v);
-    case GgufValueType::kInt16: return read_scalar<std::int16_t>(c, what, v);
-    case GgufValueType::kUint32: return read_scalar<std::uint32_t>(c, what, v);
-    case GgufValueType::kInt32: return read_scalar<std::int32_t>(c, what, v);
-    case GgufValueType::kUint64: return read_scalar<std::uint64_t>(c, what, v);
-    case GgufValueType::kInt64: return read_scalar<std::int64_t>(c, what, v);
-    case GgufValueType::kFloat32: return read_scalar<float>(c, what, v);
-    case GgufValueType::kFloat64: return read_scalar<double>(c, what, v);
+    case GgufValueType::kUint8:
+      return read_scalar<std::uint8_t>(c, what, v);
+    case GgufValueType::kInt8:
+      return read_scalar<std::int8_t>(c, what, v);
+    case GgufValueType::kUint16:
+      return read_scalar<std::uint16_t>(c, what, v);
+    case GgufValueType::kInt16:
+      return read_scalar<std::int16_t>(c, what, v);
+    case GgufValueType::kUint32:
+      return read_scalar<std::uint32_t>(c, what, v);
+    case GgufValueType::kInt32:
+      return read_scalar<std::int32_t>(c, what, v);
+    case GgufValueType::kUint64:
+      return read_scalar<std::uint64_t>(c, what, v);
+    case GgufValueType::kInt64:
+      return read_scalar<std::int64_t>(c, what, v);
+    case GgufValueType::kFloat32:
+      return read_scalar<float>(c, what, v);
+    case GgufValueType::kFloat64:
+      return read_scalar<double>(c, what, v);
     case GgufValueType::kBool: {
       std::uint8_t x = 0;
       if (auto s = c.read(&x, what); !s.ok()) return s;
-      if (x > 1) return c.error(what, v->file_offset, str_cat("bool value ", int{x}, " is neither 0 nor 1"));
+      if (x > 1)
+        return c.error(what, v->file_offset, str_cat("bool value ", int{x}, " is neither 0 nor 1"));
       v->scalar.b = x != 0;
       return absl::OkStatus();
     }
-    case GgufValueType::kString: return c.read_string(&v->str, what);
+    case GgufValueType::kString:
+      return c.read_string(&v->str, what);
     case GgufValueType::kArray: {
       if (depth >= kMaxArrayDepth) return c.error(what, v->file_offset, "arrays nested too deeply");
       std::uint32_t et = 0;
@@ -146,9 +166,10 @@ absl::Status read_value(Cursor& c, GgufValueType t, std::string_view key, int de
       const std::size_t start = c.pos();
       if (const std::size_t es = scalar_size(v->array_type); es != 0) {
         if (count > c.remaining() / es) {
-          return c.error(what, start,
-                         str_cat("array of ", count, " ", gguf_value_type_name(v->array_type),
-                                      " elements exceeds the ", c.remaining(), " bytes left in the file"));
+          return c.error(
+              what, start,
+              str_cat("array of ", count, " ", gguf_value_type_name(v->array_type),
+                      " elements exceeds the ", c.remaining(), " bytes left in the file"));
         }
         if (auto s = c.skip(count * es, what); !s.ok()) return s;
       } else {
@@ -156,7 +177,7 @@ absl::Status read_value(Cursor& c, GgufValueType t, std::string_view key, int de
         if (count > c.remaining() / 8) {
           return c.error(what, start,
                          str_cat("array of ", count, " elements cannot fit in the ", c.remaining(),
-                                      " bytes left in the file"));
+                                 " bytes left in the file"));
         }
         for (std::uint64_t i = 0; i < count; ++i) {
           GgufValue element;
@@ -174,56 +195,100 @@ absl::Status read_value(Cursor& c, GgufValueType t, std::string_view key, int de
 
 const char* gguf_value_type_name(GgufValueType t) {
   switch (t) {
-    case GgufValueType::kUint8: return "uint8";
-    case GgufValueType::kInt8: return "int8";
-    case GgufValueType::kUint16: return "uint16";
-    case GgufValueType::kInt16: return "int16";
-    case GgufValueType::kUint32: return "uint32";
-    case GgufValueType::kInt32: return "int32";
-    case GgufValueType::kFloat32: return "float32";
-    case GgufValueType::kBool: return "bool";
-    case GgufValueType::kString: return "string";
-    case GgufValueType::kArray: return "array";
-    case GgufValueType::kUint64: return "uint64";
-    case GgufValueType::kInt64: return "int64";
-    case GgufValueType::kFloat64: return "float64";
+    case GgufValueType::kUint8:
+      return "uint8";
+    case GgufValueType::kInt8:
+      return "int8";
+    case GgufValueType::kUint16:
+      return "uint16";
+    case GgufValueType::kInt16:
+      return "int16";
+    case GgufValueType::kUint32:
+      return "uint32";
+    case GgufValueType::kInt32:
+      return "int32";
+    case GgufValueType::kFloat32:
+      return "float32";
+    case GgufValueType::kBool:
+      return "bool";
+    case GgufValueType::kString:
+      return "string";
+    case GgufValueType::kArray:
+      return "array";
+    case GgufValueType::kUint64:
+      return "uint64";
+    case GgufValueType::kInt64:
+      return "int64";
+    case GgufValueType::kFloat64:
+      return "float64";
   }
   return "unknown";
 }
 
 std::string ggml_type_name(GgmlType t) {
   switch (t) {
-    case GgmlType::kF32: return "F32";
-    case GgmlType::kF16: return "F16";
-    case GgmlType::kQ4_0: return "Q4_0";
-    case GgmlType::kQ4_1: return "Q4_1";
-    case GgmlType::kQ5_0: return "Q5_0";
-    case GgmlType::kQ5_1: return "Q5_1";
-    case GgmlType::kQ8_0: return "Q8_0";
-    case GgmlType::kQ8_1: return "Q8_1";
-    case GgmlType::kQ2_K: return "Q2_K";
-    case GgmlType::kQ3_K: return "Q3_K";
-    case GgmlType::kQ4_K: return "Q4_K";
-    case GgmlType::kQ5_K: return "Q5_K";
-    case GgmlType::kQ6_K: return "Q6_K";
-    case GgmlType::kQ8_K: return "Q8_K";
-    case GgmlType::kIQ2_XXS: return "IQ2_XXS";
-    case GgmlType::kIQ2_XS: return "IQ2_XS";
-    case GgmlType::kIQ3_XXS: return "IQ3_XXS";
-    case GgmlType::kIQ1_S: return "IQ1_S";
-    case GgmlType::kIQ4_NL: return "IQ4_NL";
-    case GgmlType::kIQ3_S: return "IQ3_S";
-    case GgmlType::kIQ2_S: return "IQ2_S";
-    case GgmlType::kIQ4_XS: return "IQ4_XS";
-    case GgmlType::kI8: return "I8";
-    case GgmlType::kI16: return "I16";
-    case GgmlType::kI32: return "I32";
-    case GgmlType::kI64: return "I64";
-    case GgmlType::kF64: return "F64";
-    case GgmlType::kIQ1_M: return "IQ1_M";
-    case GgmlType::kBF16: return "BF16";
-    case GgmlType::kTQ1_0: return "TQ1_0";
-    case GgmlType::kTQ2_0: return "TQ2_0";
+    case GgmlType::kF32:
+      return "F32";
+    case GgmlType::kF16:
+      return "F16";
+    case GgmlType::kQ4_0:
+      return "Q4_0";
+    case GgmlType::kQ4_1:
+      return "Q4_1";
+    case GgmlType::kQ5_0:
+      return "Q5_0";
+    case GgmlType::kQ5_1:
+      return "Q5_1";
+    case GgmlType::kQ8_0:
+      return "Q8_0";
+    case GgmlType::kQ8_1:
+      return "Q8_1";
+    case GgmlType::kQ2_K:
+      return "Q2_K";
+    case GgmlType::kQ3_K:
+      return "Q3_K";
+    case GgmlType::kQ4_K:
+      return "Q4_K";
+    case GgmlType::kQ5_K:
+      return "Q5_K";
+    case GgmlType::kQ6_K:
+      return "Q6_K";
+    case GgmlType::kQ8_K:
+      return "Q8_K";
+    case GgmlType::kIQ2_XXS:
+      return "IQ2_XXS";
+    case GgmlType::kIQ2_XS:
+      return "IQ2_XS";
+    case GgmlType::kIQ3_XXS:
+      return "IQ3_XXS";
+    case GgmlType::kIQ1_S:
+      return "IQ1_S";
+    case GgmlType::kIQ4_NL:
+      return "IQ4_NL";
+    case GgmlType::kIQ3_S:
+      return "IQ3_S";
+    case GgmlType::kIQ2_S:
+      return "IQ2_S";
+    case GgmlType::kIQ4_XS:
+      return "IQ4_XS";
+    case GgmlType::kI8:
+      return "I8";
+    case GgmlType::kI16:
+      return "I16";
+    case GgmlType::kI32:
+      return "I32";
+    case GgmlType::kI64:
+      return "I64";
+    case GgmlType::kF64:
+      return "F64";
+    case GgmlType::kIQ1_M:
+      return "IQ1_M";
+    case GgmlType::kBF16:
+      return "BF16";
+    case GgmlType::kTQ1_0:
+      return "TQ1_0";
+    case GgmlType::kTQ2_0:
+      return "TQ2_0";
   }
   return str_cat("type#", static_cast<std::uint32_t>(t));
 }
@@ -231,38 +296,132 @@ std::string ggml_type_name(GgmlType t) {
 bool ggml_type_block(GgmlType t, std::size_t* block_elems, std::size_t* block_bytes) {
   std::size_t e = 0, b = 0;
   switch (t) {
-    case GgmlType::kF32: e = 1; b = 4; break;
-    case GgmlType::kF16: e = 1; b = 2; break;
-    case GgmlType::kBF16: e = 1; b = 2; break;
-    case GgmlType::kQ4_0: e = 32; b = 18; break;
-    case GgmlType::kQ4_1: e = 32; b = 20; break;
-    case GgmlType::kQ5_0: e = 32; b = 22; break;
-    case GgmlType::kQ5_1: e = 32; b = 24; break;
-    case GgmlType::kQ8_0: e = 32; b = 34; break;
-    case GgmlType::kQ8_1: e = 32; b = 36; break;
-    case GgmlType::kQ2_K: e = 256; b = 84; break;
-    case GgmlType::kQ3_K: e = 256; b = 110; break;
-    case GgmlType::kQ4_K: e = 256; b = 144; break;
-    case GgmlType::kQ5_K: e = 256; b = 176; break;
-    case GgmlType::kQ6_K: e = 256; b = 210; break;
-    case GgmlType::kQ8_K: e = 256; b = 292; break;
-    case GgmlType::kIQ2_XXS: e = 256; b = 66; break;
-    case GgmlType::kIQ2_XS: e = 256; b = 74; break;
-    case GgmlType::kIQ3_XXS: e = 256; b = 98; break;
-    case GgmlType::kIQ1_S: e = 256; b = 50; break;
-    case GgmlType::kIQ4_NL: e = 32; b = 18; break;
-    case GgmlType::kIQ3_S: e = 256; b = 110; break;
-    case GgmlType::kIQ2_S: e = 256; b = 82; break;
-    case GgmlType::kIQ4_XS: e = 256; b = 136; break;
-    case GgmlType::kI8: e = 1; b = 1; break;
-    case GgmlType::kI16: e = 1; b = 2; break;
-    case GgmlType::kI32: e = 1; b = 4; break;
-    case GgmlType::kI64: e = 1; b = 8; break;
-    case GgmlType::kF64: e = 1; b = 8; break;
-    case GgmlType::kIQ1_M: e = 256; b = 56; break;
-    case GgmlType::kTQ1_0: e = 256; b = 54; break;
-    case GgmlType::kTQ2_0: e = 256; b = 66; break;
-    default: return false;
+    case GgmlType::kF32:
+      e = 1;
+      b = 4;
+      break;
+    case GgmlType::kF16:
+      e = 1;
+      b = 2;
+      break;
+    case GgmlType::kBF16:
+      e = 1;
+      b = 2;
+      break;
+    case GgmlType::kQ4_0:
+      e = 32;
+      b = 18;
+      break;
+    case GgmlType::kQ4_1:
+      e = 32;
+      b = 20;
+      break;
+    case GgmlType::kQ5_0:
+      e = 32;
+      b = 22;
+      break;
+    case GgmlType::kQ5_1:
+      e = 32;
+      b = 24;
+      break;
+    case GgmlType::kQ8_0:
+      e = 32;
+      b = 34;
+      break;
+    case GgmlType::kQ8_1:
+      e = 32;
+      b = 36;
+      break;
+    case GgmlType::kQ2_K:
+      e = 256;
+      b = 84;
+      break;
+    case GgmlType::kQ3_K:
+      e = 256;
+      b = 110;
+      break;
+    case GgmlType::kQ4_K:
+      e = 256;
+      b = 144;
+      break;
+    case GgmlType::kQ5_K:
+      e = 256;
+      b = 176;
+      break;
+    case GgmlType::kQ6_K:
+      e = 256;
+      b = 210;
+      break;
+    case GgmlType::kQ8_K:
+      e = 256;
+      b = 292;
+      break;
+    case GgmlType::kIQ2_XXS:
+      e = 256;
+      b = 66;
+      break;
+    case GgmlType::kIQ2_XS:
+      e = 256;
+      b = 74;
+      break;
+    case GgmlType::kIQ3_XXS:
+      e = 256;
+      b = 98;
+      break;
+    case GgmlType::kIQ1_S:
+      e = 256;
+      b = 50;
+      break;
+    case GgmlType::kIQ4_NL:
+      e = 32;
+      b = 18;
+      break;
+    case GgmlType::kIQ3_S:
+      e = 256;
+      b = 110;
+      break;
+    case GgmlType::kIQ2_S:
+      e = 256;
+      b = 82;
+      break;
+    case GgmlType::kIQ4_XS:
+      e = 256;
+      b = 136;
+      break;
+    case GgmlType::kI8:
+      e = 1;
+      b = 1;
+      break;
+    case GgmlType::kI16:
+      e = 1;
+      b = 2;
+      break;
+    case GgmlType::kI32:
+      e = 1;
+      b = 4;
+      break;
+    case GgmlType::kI64:
+      e = 1;
+      b = 8;
+      break;
+    case GgmlType::kF64:
+      e = 1;
+      b = 8;
+      break;
+    case GgmlType::kIQ1_M:
+      e = 256;
+      b = 56;
+      break;
+    case GgmlType::kTQ1_0:
+      e = 256;
+      b = 54;
+      break;
+    case GgmlType::kTQ2_0:
+      e = 256;
+      b = 66;
+      break;
+    default:
+      return false;
   }
   *block_elems = e;
   *block_bytes = b;
@@ -278,8 +437,10 @@ bool GgufValue::is_integer() const {
     case GgufValueType::kUint32:
     case GgufValueType::kInt32:
     case GgufValueType::kUint64:
-    case GgufValueType::kInt64: return true;
-    default: return false;
+    case GgufValueType::kInt64:
+      return true;
+    default:
+      return false;
   }
 }
 
@@ -290,7 +451,8 @@ GgufFile::~GgufFile() {
 absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::open(const std::string& path) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
-    return absl::NotFoundError(str_cat("cannot open model file '", path, "': ", std::strerror(errno)));
+    return absl::NotFoundError(
+        str_cat("cannot open model file '", path, "': ", std::strerror(errno)));
   }
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
@@ -305,7 +467,8 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::open(const std::string& path
   void* map = ::mmap(nullptr, size, PROT_READ, MAP_SHARED, fd, 0);
   ::close(fd);
   if (map == MAP_FAILED) {
-    return absl::InternalError(str_cat("cannot map model file '", path, "': ", std::strerror(errno)));
+    return absl::InternalError(
+        str_cat("cannot map model file '", path, "': ", std::strerror(errno)));
   }
   std::unique_ptr<GgufFile> f(new GgufFile());
   f->name_ = path;
@@ -316,8 +479,8 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::open(const std::string& path
   return f;
 }
 
-absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::parse(const std::uint8_t* data, std::size_t size,
-                                                          std::string name) {
+absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::parse(const std::uint8_t* data,
+                                                          std::size_t size, std::string name) {
   std::unique_ptr<GgufFile> f(new GgufFile());
   f->name_ = std::move(name);
   f->data_ = data;
@@ -330,20 +493,25 @@ absl::Status GgufFile::parse_all() {
   Cursor c(data_, size_, name_);
   std::uint32_t magic = 0;
   if (auto s = c.read(&magic, "magic"); !s.ok()) return s;
-  if (magic != kMagic) return c.error("magic", 0, "not a GGUF file (the first four bytes are not \"GGUF\")");
+  if (magic != kMagic)
+    return c.error("magic", 0, "not a GGUF file (the first four bytes are not \"GGUF\")");
   if (auto s = c.read(&version_, "version"); !s.ok()) return s;
   if (version_ != 2 && version_ != 3) {
-    return c.error("version", 4, str_cat("GGUF version ", version_, " is not supported (only 2 and 3)"));
+    return c.error("version", 4,
+                   str_cat("GGUF version ", version_, " is not supported (only 2 and 3)"));
   }
   std::uint64_t n_tensors = 0, n_kv = 0;
   if (auto s = c.read(&n_tensors, "tensor count"); !s.ok()) return s;
   if (auto s = c.read(&n_kv, "metadata count"); !s.ok()) return s;
-  // A key-value pair takes at least 8 (key length) + 4 (type) + 1 bytes; a tensor info at least 8 + 4 + 4 + 8.
+  // A key-value pair takes at least 8 (key length) + 4 (type) + 1 bytes; a tensor info at least 8 +
+  // 4 + 4 + 8.
   if (n_kv > c.remaining() / 13) {
-    return c.error("metadata count", 16, str_cat(n_kv, " key-value pairs cannot fit in a file of ", size_, " bytes"));
+    return c.error("metadata count", 16,
+                   str_cat(n_kv, " key-value pairs cannot fit in a file of ", size_, " bytes"));
   }
   if (n_tensors > c.remaining() / 24) {
-    return c.error("tensor count", 8, str_cat(n_tensors, " tensors cannot fit in a file of ", size_, " bytes"));
+    return c.error("tensor count", 8,
+                   str_cat(n_tensors, " tensors cannot fit in a file of ", size_, " bytes"));
   }
   kvs_.reserve(n_kv);
   for (std::uint64_t i = 0; i < n_kv; ++i) {
@@ -352,15 +520,18 @@ absl::Status GgufFile::parse_all() {
     if (auto s = c.read_string(&kv.key, str_cat("key of metadata pair #", i)); !s.ok()) return s;
     std::uint32_t t = 0;
     if (auto s = c.read(&t, str_cat("type of key '", kv.key, "'")); !s.ok()) return s;
-    if (!known_value_type(t)) return c.error(str_cat("key '", kv.key, "'"), at, str_cat("unknown value type ", t));
-    if (auto s = read_value(c, static_cast<GgufValueType>(t), kv.key, 0, &kv.value); !s.ok()) return s;
+    if (!known_value_type(t))
+      return c.error(str_cat("key '", kv.key, "'"), at, str_cat("unknown value type ", t));
+    if (auto s = read_value(c, static_cast<GgufValueType>(t), kv.key, 0, &kv.value); !s.ok())
+      return s;
     if (find(kv.key) != nullptr) return c.error(str_cat("key '", kv.key, "'"), at, "duplicate key");
     kvs_.push_back(kv);
   }
   if (const GgufValue* a = find("general.alignment")) {
     if (!a->is_integer() || a->scalar.u64 == 0 || (a->scalar.u64 & (a->scalar.u64 - 1)) != 0 ||
         a->scalar.u64 > 65536) {
-      return c.error("key 'general.alignment'", a->file_offset, "alignment must be a power of two up to 65536");
+      return c.error("key 'general.alignment'", a->file_offset,
+                     "alignment must be a power of two up to 65536");
     }
     alignment_ = static_cast<std::size_t>(a->scalar.u64);
   }
@@ -373,14 +544,16 @@ absl::Status GgufFile::parse_all() {
     const std::string tw = str_cat("tensor '", t.name, "'");
     if (auto s = c.read(&t.n_dims, tw); !s.ok()) return s;
     if (t.n_dims == 0 || t.n_dims > 4) {
-      return c.error(tw, t.info_offset, str_cat("has ", t.n_dims, " dimensions (1 to 4 are allowed)"));
+      return c.error(tw, t.info_offset,
+                     str_cat("has ", t.n_dims, " dimensions (1 to 4 are allowed)"));
     }
     t.n_elements = 1;
     for (std::uint32_t d = 0; d < t.n_dims; ++d) {
       if (auto s = c.read(&t.dims[d], tw); !s.ok()) return s;
       if (t.dims[d] == 0 || __builtin_mul_overflow(t.n_elements, t.dims[d], &t.n_elements) ||
           t.n_elements > (std::uint64_t{1} << 48)) {
-        return c.error(tw, t.info_offset, str_cat("dimension ", d, " = ", t.dims[d], " is zero or too large"));
+        return c.error(tw, t.info_offset,
+                       str_cat("dimension ", d, " = ", t.dims[d], " is zero or too large"));
       }
     }
     std::uint32_t type = 0;
@@ -392,33 +565,44 @@ absl::Status GgufFile::parse_all() {
     }
     if (t.dims[0] % be != 0) {
       return c.error(tw, t.info_offset,
-                     str_cat("row length ", t.dims[0], " is not a multiple of the ", ggml_type_name(t.type),
-                                  " block size ", be));
+                     str_cat("row length ", t.dims[0], " is not a multiple of the ",
+                             ggml_type_name(t.type), " block size ", be));
     }
     t.n_bytes = t.n_elements / be * bb;
     if (auto s = c.read(&t.offset, tw); !s.ok()) return s;
     if (t.offset % alignment_ != 0) {
-      return c.error(tw, t.info_offset,
-                     str_cat("data offset ", t.offset, " is not a multiple of the alignment ", alignment_));
+      return c.error(
+          tw, t.info_offset,
+          str_cat("data offset ", t.offset, " is not a multiple of the alignment ", alignment_));
     }
     if (find_tensor(t.name) != nullptr) return c.error(tw, t.info_offset, "duplicate tensor name");
     tensors_.push_back(t);
   }
   data_offset_ = (c.pos() + alignment_ - 1) / alignment_ * alignment_;
   if (data_offset_ > size_ && !tensors_.empty()) {
-    return c.error("tensor data", c.pos(), str_cat("the data section would start at ", data_offset_,
-                                                        ", past the end of the file (size ", size_, ")"));
+    return c.error("tensor data", c.pos(),
+                   str_cat("the data section would start at ", data_offset_,
+                           ", past the end of the file (size ", size_, ")"));
   }
   const std::size_t data_size = data_offset_ <= size_ ? size_ - data_offset_ : 0;
   for (GgufTensorInfo& t : tensors_) {
     if (t.offset > data_size || t.n_bytes > data_size - t.offset) {
-      return c.error(str_cat("tensor '", t.name, "'"), t.info_offset,
-                     str_cat("data [", data_offset_ + t.offset, ", ", data_offset_ + t.offset + t.n_bytes,
-                                  ") extends past the end of the file (size ", size_, "; truncated?)"));
+      return c.error(
+          str_cat("tensor '", t.name, "'"), t.info_offset,
+          str_cat("data [", data_offset_ + t.offset, ", ", data_offset_ + t.offset + t.n_bytes,
+                  ") extends past the end of the file (size ", size_, "; truncated?)"));
     }
     t.data = data_ + data_offset_ + t.offset;
   }
   return absl::OkStatus();
+}
+
+void GgufFile::release_pages(const GgufTensorInfo& t) const {
+  if (mapping_ == nullptr) return;
+  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const auto begin = (reinterpret_cast<std::uintptr_t>(t.data) + page - 1) / page * page;
+  const auto end = (reinterpret_cast<std::uintptr_t>(t.data) + t.n_bytes) / page * page;
+  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
 }
 
 const GgufValue* GgufFile::find(std::string_view key) const {
@@ -435,9 +619,11 @@ const GgufTensorInfo* GgufFile::find_tensor(std::string_view name) const {
   return nullptr;
 }
 
-absl::Status GgufFile::type_error(std::string_view key, const GgufValue& v, const char* wanted) const {
-  return absl::InvalidArgumentError(str_cat("GGUF file '", name_, "': key '", key, "' at offset ", v.file_offset,
-                                                 " is a ", gguf_value_type_name(v.type), ", expected ", wanted));
+absl::Status GgufFile::type_error(std::string_view key, const GgufValue& v,
+                                  const char* wanted) const {
+  return absl::InvalidArgumentError(str_cat("GGUF file '", name_, "': key '", key, "' at offset ",
+                                            v.file_offset, " is a ", gguf_value_type_name(v.type),
+                                            ", expected ", wanted));
 }
 
 namespace {
@@ -472,7 +658,9 @@ absl::StatusOr<double> GgufFile::get_float(std::string_view key) const {
   const GgufValue* v = find(key);
   if (v == nullptr) return missing(name_, key);
   if (v->is_float()) return v->scalar.f64;
-  if (v->is_integer()) return is_signed(v->type) ? static_cast<double>(v->scalar.i64) : static_cast<double>(v->scalar.u64);
+  if (v->is_integer())
+    return is_signed(v->type) ? static_cast<double>(v->scalar.i64)
+                              : static_cast<double>(v->scalar.u64);
   return type_error(key, *v, "a number");
 }
 
@@ -490,7 +678,8 @@ absl::StatusOr<std::string_view> GgufFile::get_string(std::string_view key) cons
   return v->str;
 }
 
-absl::StatusOr<std::vector<std::string_view>> GgufFile::get_string_array(std::string_view key) const {
+absl::StatusOr<std::vector<std::string_view>> GgufFile::get_string_array(
+    std::string_view key) const {
   const GgufValue* v = find(key);
   if (v == nullptr) return missing(name_, key);
   if (v->type != GgufValueType::kArray || v->array_type != GgufValueType::kString) {
@@ -522,22 +711,44 @@ absl::StatusOr<std::vector<double>> GgufFile::get_float_array(std::string_view k
   const GgufValue* v = find(key);
   if (v == nullptr) return missing(name_, key);
   const std::size_t es = v->type == GgufValueType::kArray ? scalar_size(v->array_type) : 0;
-  if (es == 0 || v->array_type == GgufValueType::kBool) return type_error(key, *v, "an array of numbers");
+  if (es == 0 || v->array_type == GgufValueType::kBool)
+    return type_error(key, *v, "an array of numbers");
   std::vector<double> out(v->array_count);
   for (std::uint64_t i = 0; i < v->array_count; ++i) {
     const std::uint8_t* p = v->array_data + i * es;
     switch (v->array_type) {
-      case GgufValueType::kFloat32: out[i] = load_as<float>(p); break;
-      case GgufValueType::kFloat64: out[i] = load_as<double>(p); break;
-      case GgufValueType::kUint8: out[i] = load_as<std::uint8_t>(p); break;
-      case GgufValueType::kInt8: out[i] = load_as<std::int8_t>(p); break;
-      case GgufValueType::kUint16: out[i] = load_as<std::uint16_t>(p); break;
-      case GgufValueType::kInt16: out[i] = load_as<std::int16_t>(p); break;
-      case GgufValueType::kUint32: out[i] = load_as<std::uint32_t>(p); break;
-      case GgufValueType::kInt32: out[i] = load_as<std::int32_t>(p); break;
-      case GgufValueType::kUint64: out[i] = static_cast<double>(load_as<std::uint64_t>(p)); break;
-      case GgufValueType::kInt64: out[i] = static_cast<double>(load_as<std::int64_t>(p)); break;
-      default: break;
+      case GgufValueType::kFloat32:
+        out[i] = load_as<float>(p);
+        break;
+      case GgufValueType::kFloat64:
+        out[i] = load_as<double>(p);
+        break;
+      case GgufValueType::kUint8:
+        out[i] = load_as<std::uint8_t>(p);
+        break;
+      case GgufValueType::kInt8:
+        out[i] = load_as<std::int8_t>(p);
+        break;
+      case GgufValueType::kUint16:
+        out[i] = load_as<std::uint16_t>(p);
+        break;
+      case GgufValueType::kInt16:
+        out[i] = load_as<std::int16_t>(p);
+        break;
+      case GgufValueType::kUint32:
+        out[i] = load_as<std::uint32_t>(p);
+        break;
+      case GgufValueType::kInt32:
+        out[i] = load_as<std::int32_t>(p);
+        break;
+      case GgufValueType::kUint64:
+        out[i] = static_cast<double>(load_as<std::uint64_t>(p));
+        break;
+      case GgufValueType::kInt64:
+        out[i] = static_cast<double>(load_as<std::int64_t>(p));
+        break;
+      default:
+        break;
     }
   }
   return out;
@@ -547,23 +758,40 @@ absl::StatusOr<std::vector<std::int64_t>> GgufFile::get_int_array(std::string_vi
   const GgufValue* v = find(key);
   if (v == nullptr) return missing(name_, key);
   const std::size_t es = v->type == GgufValueType::kArray ? scalar_size(v->array_type) : 0;
-  if (es == 0 || v->array_type == GgufValueType::kBool || v->array_type == GgufValueType::kFloat32 ||
-      v->array_type == GgufValueType::kFloat64) {
+  if (es == 0 || v->array_type == GgufValueType::kBool ||
+      v->array_type == GgufValueType::kFloat32 || v->array_type == GgufValueType::kFloat64) {
     return type_error(key, *v, "an array of integers");
   }
   std::vector<std::int64_t> out(v->array_count);
   for (std::uint64_t i = 0; i < v->array_count; ++i) {
     const std::uint8_t* p = v->array_data + i * es;
     switch (v->array_type) {
-      case GgufValueType::kUint8: out[i] = load_as<std::uint8_t>(p); break;
-      case GgufValueType::kInt8: out[i] = load_as<std::int8_t>(p); break;
-      case GgufValueType::kUint16: out[i] = load_as<std::uint16_t>(p); break;
-      case GgufValueType::kInt16: out[i] = load_as<std::int16_t>(p); break;
-      case GgufValueType::kUint32: out[i] = load_as<std::uint32_t>(p); break;
-      case GgufValueType::kInt32: out[i] = load_as<std::int32_t>(p); break;
-      case GgufValueType::kUint64: out[i] = static_cast<std::int64_t>(load_as<std::uint64_t>(p)); break;
-      case GgufValueType::kInt64: out[i] = load_as<std::int64_t>(p); break;
-      default: break;
+      case GgufValueType::kUint8:
+        out[i] = load_as<std::uint8_t>(p);
+        break;
+      case GgufValueType::kInt8:
+        out[i] = load_as<std::int8_t>(p);
+        break;
+      case GgufValueType::kUint16:
+        out[i] = load_as<std::uint16_t>(p);
+        break;
+      case GgufValueType::kInt16:
+        out[i] = load_as<std::int16_t>(p);
+        break;
+      case GgufValueType::kUint32:
+        out[i] = load_as<std::uint32_t>(p);
+        break;
+      case GgufValueType::kInt32:
+        out[i] = load_as<std::int32_t>(p);
+        break;
+      case GgufValueType::kUint64:
+        out[i] = static_cast<std::int64_t>(load_as<std::uint64_t>(p));
+        break;
+      case GgufValueType::kInt64:
+        out[i] = load_as<std::int64_t>(p);
+        break;
+      default:
+        break;
     }
   }
   return out;

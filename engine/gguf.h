@@ -21,18 +21,55 @@ namespace hearth::engine {
 
 // Metadata value types, numbered as in the file.
 enum class GgufValueType : std::uint32_t {
-  kUint8 = 0, kInt8 = 1, kUint16 = 2, kInt16 = 3, kUint32 = 4, kInt32 = 5, kFloat32 = 6,
-  kBool = 7, kString = 8, kArray = 9, kUint64 = 10, kInt64 = 11, kFloat64 = 12,
+  kUint8 = 0,
+  kInt8 = 1,
+  kUint16 = 2,
+  kInt16 = 3,
+  kUint32 = 4,
+  kInt32 = 5,
+  kFloat32 = 6,
+  kBool = 7,
+  kString = 8,
+  kArray = 9,
+  kUint64 = 10,
+  kInt64 = 11,
+  kFloat64 = 12,
 };
 const char* gguf_value_type_name(GgufValueType t);
 
 // Tensor element types, numbered as in the file (ggml's type ids).
 enum class GgmlType : std::uint32_t {
-  kF32 = 0, kF16 = 1, kQ4_0 = 2, kQ4_1 = 3, kQ5_0 = 6, kQ5_1 = 7, kQ8_0 = 8, kQ8_1 = 9,
-  kQ2_K = 10, kQ3_K = 11, kQ4_K = 12, kQ5_K = 13, kQ6_K = 14, kQ8_K = 15,
-  kIQ2_XXS = 16, kIQ2_XS = 17, kIQ3_XXS = 18, kIQ1_S = 19, kIQ4_NL = 20, kIQ3_S = 21, kIQ2_S = 22,
-  kIQ4_XS = 23, kI8 = 24, kI16 = 25, kI32 = 26, kI64 = 27, kF64 = 28, kIQ1_M = 29, kBF16 = 30,
-  kTQ1_0 = 34, kTQ2_0 = 35,
+  kF32 = 0,
+  kF16 = 1,
+  kQ4_0 = 2,
+  kQ4_1 = 3,
+  kQ5_0 = 6,
+  kQ5_1 = 7,
+  kQ8_0 = 8,
+  kQ8_1 = 9,
+  kQ2_K = 10,
+  kQ3_K = 11,
+  kQ4_K = 12,
+  kQ5_K = 13,
+  kQ6_K = 14,
+  kQ8_K = 15,
+  kIQ2_XXS = 16,
+  kIQ2_XS = 17,
+  kIQ3_XXS = 18,
+  kIQ1_S = 19,
+  kIQ4_NL = 20,
+  kIQ3_S = 21,
+  kIQ2_S = 22,
+  kIQ4_XS = 23,
+  kI8 = 24,
+  kI16 = 25,
+  kI32 = 26,
+  kI64 = 27,
+  kF64 = 28,
+  kIQ1_M = 29,
+  kBF16 = 30,
+  kTQ1_0 = 34,
+  kTQ2_0 = 35,
 };
 // "Q4_K" etc.; "type#<id>" for ids the reader does not know.
 std::string ggml_type_name(GgmlType t);
@@ -57,7 +94,9 @@ struct GgufValue {
   std::size_t file_offset = 0;  // where the value starts, for error messages
 
   bool is_integer() const;
-  bool is_float() const { return type == GgufValueType::kFloat32 || type == GgufValueType::kFloat64; }
+  bool is_float() const {
+    return type == GgufValueType::kFloat32 || type == GgufValueType::kFloat64;
+  }
 };
 
 struct GgufKv {
@@ -95,6 +134,12 @@ class GgufFile {
   std::size_t data_offset() const { return data_offset_; }
   const std::vector<GgufKv>& metadata() const { return kvs_; }
   const std::vector<GgufTensorInfo>& tensors() const { return tensors_; }
+
+  // Drops a tensor's file pages from this process's resident memory once its
+  // contents have been copied elsewhere (packed weights). The mapping stays
+  // valid: pages come back from the page cache if read again. A no-op for
+  // files given to parse(), whose bytes belong to the caller.
+  void release_pages(const GgufTensorInfo& t) const;
 
   const GgufValue* find(std::string_view key) const;
   const GgufTensorInfo* find_tensor(std::string_view name) const;

@@ -32,10 +32,22 @@ void GgufWriter::key(std::string_view k, GgufValueType t) {
   put<std::uint32_t>(kv_bytes_, static_cast<std::uint32_t>(t));
 }
 
-void GgufWriter::add_uint32(std::string_view k, std::uint32_t v) { key(k, GgufValueType::kUint32); put(kv_bytes_, v); }
-void GgufWriter::add_int32(std::string_view k, std::int32_t v) { key(k, GgufValueType::kInt32); put(kv_bytes_, v); }
-void GgufWriter::add_uint64(std::string_view k, std::uint64_t v) { key(k, GgufValueType::kUint64); put(kv_bytes_, v); }
-void GgufWriter::add_float32(std::string_view k, float v) { key(k, GgufValueType::kFloat32); put(kv_bytes_, v); }
+void GgufWriter::add_uint32(std::string_view k, std::uint32_t v) {
+  key(k, GgufValueType::kUint32);
+  put(kv_bytes_, v);
+}
+void GgufWriter::add_int32(std::string_view k, std::int32_t v) {
+  key(k, GgufValueType::kInt32);
+  put(kv_bytes_, v);
+}
+void GgufWriter::add_uint64(std::string_view k, std::uint64_t v) {
+  key(k, GgufValueType::kUint64);
+  put(kv_bytes_, v);
+}
+void GgufWriter::add_float32(std::string_view k, float v) {
+  key(k, GgufValueType::kFloat32);
+  put(kv_bytes_, v);
+}
 void GgufWriter::add_bool(std::string_view k, bool v) {
   key(k, GgufValueType::kBool);
   put<std::uint8_t>(kv_bytes_, v ? 1 : 0);
@@ -69,18 +81,42 @@ void GgufWriter::add_int32_array(std::string_view k, const std::vector<std::int3
 void GgufWriter::add_value(std::string_view k, const GgufValue& v) {
   key(k, v.type);
   switch (v.type) {
-    case GgufValueType::kUint8: put<std::uint8_t>(kv_bytes_, static_cast<std::uint8_t>(v.scalar.u64)); break;
-    case GgufValueType::kInt8: put<std::int8_t>(kv_bytes_, static_cast<std::int8_t>(v.scalar.i64)); break;
-    case GgufValueType::kUint16: put<std::uint16_t>(kv_bytes_, static_cast<std::uint16_t>(v.scalar.u64)); break;
-    case GgufValueType::kInt16: put<std::int16_t>(kv_bytes_, static_cast<std::int16_t>(v.scalar.i64)); break;
-    case GgufValueType::kUint32: put<std::uint32_t>(kv_bytes_, static_cast<std::uint32_t>(v.scalar.u64)); break;
-    case GgufValueType::kInt32: put<std::int32_t>(kv_bytes_, static_cast<std::int32_t>(v.scalar.i64)); break;
-    case GgufValueType::kUint64: put<std::uint64_t>(kv_bytes_, v.scalar.u64); break;
-    case GgufValueType::kInt64: put<std::int64_t>(kv_bytes_, v.scalar.i64); break;
-    case GgufValueType::kFloat32: put<float>(kv_bytes_, static_cast<float>(v.scalar.f64)); break;
-    case GgufValueType::kFloat64: put<double>(kv_bytes_, v.scalar.f64); break;
-    case GgufValueType::kBool: put<std::uint8_t>(kv_bytes_, v.scalar.b ? 1 : 0); break;
-    case GgufValueType::kString: put_string(kv_bytes_, v.str); break;
+    case GgufValueType::kUint8:
+      put<std::uint8_t>(kv_bytes_, static_cast<std::uint8_t>(v.scalar.u64));
+      break;
+    case GgufValueType::kInt8:
+      put<std::int8_t>(kv_bytes_, static_cast<std::int8_t>(v.scalar.i64));
+      break;
+    case GgufValueType::kUint16:
+      put<std::uint16_t>(kv_bytes_, static_cast<std::uint16_t>(v.scalar.u64));
+      break;
+    case GgufValueType::kInt16:
+      put<std::int16_t>(kv_bytes_, static_cast<std::int16_t>(v.scalar.i64));
+      break;
+    case GgufValueType::kUint32:
+      put<std::uint32_t>(kv_bytes_, static_cast<std::uint32_t>(v.scalar.u64));
+      break;
+    case GgufValueType::kInt32:
+      put<std::int32_t>(kv_bytes_, static_cast<std::int32_t>(v.scalar.i64));
+      break;
+    case GgufValueType::kUint64:
+      put<std::uint64_t>(kv_bytes_, v.scalar.u64);
+      break;
+    case GgufValueType::kInt64:
+      put<std::int64_t>(kv_bytes_, v.scalar.i64);
+      break;
+    case GgufValueType::kFloat32:
+      put<float>(kv_bytes_, static_cast<float>(v.scalar.f64));
+      break;
+    case GgufValueType::kFloat64:
+      put<double>(kv_bytes_, v.scalar.f64);
+      break;
+    case GgufValueType::kBool:
+      put<std::uint8_t>(kv_bytes_, v.scalar.b ? 1 : 0);
+      break;
+    case GgufValueType::kString:
+      put_string(kv_bytes_, v.str);
+      break;
     case GgufValueType::kArray:
       // The encoded elements are copied as they were (nested arrays included).
       put<std::uint32_t>(kv_bytes_, static_cast<std::uint32_t>(v.array_type));
@@ -90,8 +126,8 @@ void GgufWriter::add_value(std::string_view k, const GgufValue& v) {
   }
 }
 
-void GgufWriter::add_tensor(std::string_view name, const std::vector<std::uint64_t>& dims, GgmlType type,
-                            std::string_view data) {
+void GgufWriter::add_tensor(std::string_view name, const std::vector<std::uint64_t>& dims,
+                            GgmlType type, std::string_view data) {
   tensors_.push_back({std::string(name), dims, type, std::string(data)});
 }
 

@@ -38,8 +38,8 @@ void pack_scale_min(const std::uint8_t sc[8], const std::uint8_t m[8], std::uint
 
 // Asymmetric sub-block quantisation shared by Q4_K (nmax 15) and Q5_K (nmax 31):
 // w = d*sc*q - dmin*m with 6-bit sc and m. Returns levels in L.
-void quantize_super_block_asym(const float* x, int nmax, std::uint16_t* d_out, std::uint16_t* dmin_out,
-                               std::uint8_t scales[12], std::uint8_t* L) {
+void quantize_super_block_asym(const float* x, int nmax, std::uint16_t* d_out,
+                               std::uint16_t* dmin_out, std::uint8_t scales[12], std::uint8_t* L) {
   float sub_scale[8], sub_min[8];
   for (int j = 0; j < 8; ++j) {
     float lo = 0.0f, hi = 0.0f;  // the range includes 0, so mins are non-negative
@@ -60,7 +60,9 @@ void quantize_super_block_asym(const float* x, int nmax, std::uint16_t* d_out, s
   for (int j = 0; j < 8; ++j) {
     // Round the scale up so the sub-block's range still fits in nmax levels.
     sc[j] = dq > 0 ? static_cast<std::uint8_t>(std::min(63.0f, std::ceil(sub_scale[j] / dq))) : 0;
-    m[j] = dminq > 0 ? static_cast<std::uint8_t>(std::min(63.0f, std::nearbyint(sub_min[j] / dminq))) : 0;
+    m[j] = dminq > 0
+               ? static_cast<std::uint8_t>(std::min(63.0f, std::nearbyint(sub_min[j] / dminq)))
+               : 0;
     const float s = dq * sc[j], mn = dminq * m[j];
     for (int i = 0; i < 32; ++i) {
       const int l = s > 0 ? static_cast<int>(std::nearbyint((x[32 * j + i] + mn) / s)) : 0;
@@ -100,8 +102,10 @@ void dequantize_row_q5_k(const BlockQ5_K* in, float* y, std::size_t n) {
       const float d1 = d * sc, m1 = dmin * m;
       scale_min(j + 1, in[b].scales, &sc, &m);
       const float d2 = d * sc, m2 = dmin * m;
-      for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>((q[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
-      for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>((q[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
+      for (int l = 0; l < 32; ++l)
+        *y++ = d1 * static_cast<float>((q[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
+      for (int l = 0; l < 32; ++l)
+        *y++ = d2 * static_cast<float>((q[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
       u1 = static_cast<std::uint8_t>(u1 << 2);
       u2 = static_cast<std::uint8_t>(u2 << 2);
     }
@@ -136,7 +140,8 @@ void quantize_row_q4_k(const float* x, BlockQ4_K* out, std::size_t n) {
     quantize_super_block_asym(x, 15, &out[b].d, &out[b].dmin, out[b].scales, L);
     for (int j = 0; j < 4; ++j) {
       for (int l = 0; l < 32; ++l) {
-        out[b].qs[32 * j + l] = static_cast<std::uint8_t>(L[64 * j + l] | (L[64 * j + 32 + l] << 4));
+        out[b].qs[32 * j + l] =
+            static_cast<std::uint8_t>(L[64 * j + l] | (L[64 * j + 32 + l] << 4));
       }
     }
   }
@@ -148,7 +153,8 @@ void quantize_row_q5_k(const float* x, BlockQ5_K* out, std::size_t n) {
     quantize_super_block_asym(x, 31, &out[b].d, &out[b].dmin, out[b].scales, L);
     std::fill(out[b].qh, out[b].qh + 32, 0);
     for (int j = 0; j < 4; ++j) {
-      const std::uint8_t u1 = static_cast<std::uint8_t>(1u << (2 * j)), u2 = static_cast<std::uint8_t>(2u << (2 * j));
+      const std::uint8_t u1 = static_cast<std::uint8_t>(1u << (2 * j)),
+                         u2 = static_cast<std::uint8_t>(2u << (2 * j));
       for (int l = 0; l < 32; ++l) {
         const std::uint8_t lo = L[64 * j + l], hi = L[64 * j + 32 + l];
         out[b].qs[32 * j + l] = static_cast<std::uint8_t>((lo & 0xF) | ((hi & 0xF) << 4));
@@ -188,8 +194,8 @@ void quantize_row_q6_k(const float* x, BlockQ6_K* out, std::size_t n) {
       for (int l = 0; l < 32; ++l) {
         ql[l] = static_cast<std::uint8_t>((Lh[l] & 0xF) | ((Lh[l + 64] & 0xF) << 4));
         ql[l + 32] = static_cast<std::uint8_t>((Lh[l + 32] & 0xF) | ((Lh[l + 96] & 0xF) << 4));
-        qh[l] = static_cast<std::uint8_t>((Lh[l] >> 4) | ((Lh[l + 32] >> 4) << 2) | ((Lh[l + 64] >> 4) << 4) |
-                                          ((Lh[l + 96] >> 4) << 6));
+        qh[l] = static_cast<std::uint8_t>((Lh[l] >> 4) | ((Lh[l + 32] >> 4) << 2) |
+                                          ((Lh[l + 64] >> 4) << 4) | ((Lh[l + 96] >> 4) << 6));
       }
     }
   }

@@ -4,8 +4,8 @@
 // only the scalar decoders and simple reference encoders live here.
 //
 //   Q4_K: fp16 d, fp16 dmin, 12 bytes of 6-bit sub-block scales/mins, 128 bytes of nibbles  (144 B)
-//   Q5_K: as Q4_K plus 32 bytes of fifth bits                                                  (176 B)
-//   Q6_K: 128 bytes low nibbles, 64 bytes high 2 bits, 16 int8 sub-block scales, fp16 d        (210 B)
+//   Q5_K: as Q4_K plus 32 bytes of fifth bits                                                  (176
+//   B) Q6_K: 128 bytes low nibbles, 64 bytes high 2 bits, 16 int8 sub-block scales, fp16 d (210 B)
 #pragma once
 
 #include <cstddef>

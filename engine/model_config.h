@@ -32,8 +32,8 @@ struct ModelConfig {
   float rope_freq_scale = 1.0f;
   bool rope_neox = false;
   bool has_rope_freq_factors = false;  // a rope_freqs.weight tensor (Llama 3.1 scaling)
-  bool attn_bias = false;     // qwen2: q/k/v projections carry biases
-  bool tied_output = false;   // no output.weight: the embedding table is reused
+  bool attn_bias = false;              // qwen2: q/k/v projections carry biases
+  bool tied_output = false;            // no output.weight: the embedding table is reused
 
   std::size_t q_dim() const { return n_head * head_dim; }
   std::size_t kv_dim() const { return n_head_kv * head_dim; }

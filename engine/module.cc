@@ -17,8 +17,8 @@ constexpr std::size_t kAlign = 64;
 
 std::size_t round_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
-#define HEARTH_RETURN_IF_ERROR(expr)          \
-  do {                                        \
+#define HEARTH_RETURN_IF_ERROR(expr)                   \
+  do {                                                 \
     if (absl::Status s_ = (expr); !s_.ok()) return s_; \
   } while (0)
 
@@ -39,15 +39,18 @@ std::vector<std::string> ModuleMemoryReport::lines() const {
 
 Module::~Module() = default;
 
-absl::StatusOr<std::unique_ptr<Module>> Module::load(const std::string& path, const ModuleOptions& options,
-                                                     MemoryAllocator* planned, MemoryAllocator* temp) {
+absl::StatusOr<std::unique_ptr<Module>> Module::load(const std::string& path,
+                                                     const ModuleOptions& options,
+                                                     MemoryAllocator* planned,
+                                                     MemoryAllocator* temp) {
   auto file = GgufFile::open(path);
   if (!file.ok()) return file.status();
   return load(std::shared_ptr<const GgufFile>(std::move(*file)), options, planned, temp);
 }
 
 absl::StatusOr<std::unique_ptr<Module>> Module::load(std::shared_ptr<const GgufFile> file,
-                                                     const ModuleOptions& options, MemoryAllocator* planned,
+                                                     const ModuleOptions& options,
+                                                     MemoryAllocator* planned,
                                                      MemoryAllocator* temp) {
   auto weights = ModelWeights::load(std::move(file), options.load);
   if (!weights.ok()) return weights.status();
@@ -55,11 +58,13 @@ absl::StatusOr<std::unique_ptr<Module>> Module::load(std::shared_ptr<const GgufF
 }
 
 absl::StatusOr<std::unique_ptr<Module>> Module::load(std::shared_ptr<const ModelWeights> weights,
-                                                     const ModuleOptions& options, MemoryAllocator* planned,
+                                                     const ModuleOptions& options,
+                                                     MemoryAllocator* planned,
                                                      MemoryAllocator* temp) {
   if (weights == nullptr) return absl::InvalidArgumentError("Module::load: weights is null");
   if (options.max_chunk == 0 || options.max_chunk > 4096) {
-    return absl::InvalidArgumentError(str_cat("max_chunk = ", options.max_chunk, " is out of range [1, 4096]"));
+    return absl::InvalidArgumentError(
+        str_cat("max_chunk = ", options.max_chunk, " is out of range [1, 4096]"));
   }
   std::unique_ptr<Module> m(new Module());
   m->weights_ = std::move(weights);
@@ -67,9 +72,11 @@ absl::StatusOr<std::unique_ptr<Module>> Module::load(std::shared_ptr<const Model
   m->temp_ = temp;
   m->pool_ = options.pool != nullptr ? options.pool : &kernels::default_thread_pool();
   const ModelConfig& c = m->config();
-  m->context_ = options.context_length != 0 ? options.context_length : std::min<std::size_t>(c.n_ctx_train, 4096);
+  m->context_ = options.context_length != 0 ? options.context_length
+                                            : std::min<std::size_t>(c.n_ctx_train, 4096);
   if (m->context_ > (std::size_t{1} << 20)) {
-    return absl::InvalidArgumentError(str_cat("context_length = ", m->context_, " is out of range [1, 1048576]"));
+    return absl::InvalidArgumentError(
+        str_cat("context_length = ", m->context_, " is out of range [1, 1048576]"));
   }
   HEARTH_RETURN_IF_ERROR(m->plan(planned));
   return m;
@@ -79,23 +86,26 @@ absl::Status Module::plan(MemoryAllocator* planned) {
   const ModelConfig& c = config();
   const std::size_t n = options_.max_chunk;
   // Activation buffers, in floats.
-  const std::size_t sizes[] = {n * c.n_embd, n * c.n_embd, n * c.q_dim(),  n * c.kv_dim(), n * c.kv_dim(),
-                               n * c.q_dim(), n * c.n_embd, n * c.n_ff,    n * c.n_ff,     c.n_vocab};
+  const std::size_t sizes[] = {n * c.n_embd,   n * c.n_embd,  n * c.q_dim(), n * c.kv_dim(),
+                               n * c.kv_dim(), n * c.q_dim(), n * c.n_embd,  n * c.n_ff,
+                               n * c.n_ff,     c.n_vocab};
   float** targets[] = {&x_, &xn_, &q_, &k_, &v_, &attn_, &tmp_, &gate_, &up_, &logits_};
   planned_bytes_ = 0;
   for (std::size_t s : sizes) planned_bytes_ += round_up(s * sizeof(float));
   const kernels::KvLayout layout{c.n_head_kv, c.head_dim, context_};
-  const std::size_t per_layer = options_.kv_cache == KvCacheType::kInt8 ? kernels::quantized_kv_bytes(layout)
-                                                                        : kernels::float_kv_bytes(layout);
-  if (per_layer == 0) return absl::InvalidArgumentError(str_cat("KV cache layout is invalid for context ", context_));
+  const std::size_t per_layer = options_.kv_cache == KvCacheType::kInt8
+                                    ? kernels::quantized_kv_bytes(layout)
+                                    : kernels::float_kv_bytes(layout);
+  if (per_layer == 0)
+    return absl::InvalidArgumentError(str_cat("KV cache layout is invalid for context ", context_));
   kv_bytes_ = per_layer * c.n_layer;
 
   if (planned == nullptr) {
     const std::size_t capacity = planned_bytes_ + kv_bytes_ + kAlign * (c.n_layer + 1);
     auto* buffer = static_cast<std::uint8_t*>(std::aligned_alloc(kAlign, round_up(capacity)));
     if (buffer == nullptr) {
-      return absl::ResourceExhaustedError(
-          str_cat("cannot allocate ", capacity, " bytes of planned memory (activations + KV cache)"));
+      return absl::ResourceExhaustedError(str_cat(
+          "cannot allocate ", capacity, " bytes of planned memory (activations + KV cache)"));
     }
     own_buffer_ = {buffer, [](std::uint8_t* p) { std::free(p); }};
     own_arena_ = std::make_unique<ArenaAllocator>(buffer, round_up(capacity));
@@ -107,15 +117,15 @@ absl::Status Module::plan(MemoryAllocator* planned) {
     *targets[i] = planned_stats_->allocate_array<float>(sizes[i], kAlign);
     if (*targets[i] == nullptr) {
       return absl::ResourceExhaustedError(
-          str_cat("planned memory exhausted while laying out activation buffer '", names[i], "' (", sizes[i] * 4,
-                  " bytes)"));
+          str_cat("planned memory exhausted while laying out activation buffer '", names[i], "' (",
+                  sizes[i] * 4, " bytes)"));
     }
   }
   for (std::size_t l = 0; l < c.n_layer; ++l) {
     void* mem = planned_stats_->allocate(per_layer, kAlign);
     if (mem == nullptr) {
-      return absl::ResourceExhaustedError(str_cat("planned memory exhausted at the KV cache of layer ", l, " (",
-                                                  per_layer, " bytes)"));
+      return absl::ResourceExhaustedError(str_cat(
+          "planned memory exhausted at the KV cache of layer ", l, " (", per_layer, " bytes)"));
     }
     if (options_.kv_cache == KvCacheType::kInt8) {
       kv_int8_.push_back(kernels::quantized_kv_view(layout, mem));
@@ -126,26 +136,29 @@ absl::Status Module::plan(MemoryAllocator* planned) {
   return absl::OkStatus();
 }
 
-MemoryAllocator& Module::temp() { return temp_ != nullptr ? *temp_ : thread_temp_allocator(); }
+MemoryAllocator& Module::temp_allocator() {
+  return temp_ != nullptr ? *temp_ : thread_temp_allocator();
+}
 
-absl::StatusOr<std::span<const float>> Module::forward(std::span<const std::int32_t> tokens, std::size_t start_pos,
-                                                       float* all_logits) {
+absl::StatusOr<std::span<const float>> Module::forward(std::span<const std::int32_t> tokens,
+                                                       std::size_t start_pos, float* all_logits) {
   const ModelConfig& c = config();
   const std::size_t n = tokens.size();
   if (n == 0 || n > options_.max_chunk) {
-    return absl::InvalidArgumentError(str_cat("forward: ", n, " tokens; one forward takes 1 to ", options_.max_chunk));
+    return absl::InvalidArgumentError(
+        str_cat("forward: ", n, " tokens; one forward takes 1 to ", options_.max_chunk));
   }
   if (start_pos + n > context_) {
     return absl::OutOfRangeError(str_cat("forward: positions ", start_pos, "..", start_pos + n - 1,
                                          " exceed the context length ", context_));
   }
-  MemoryAllocator& scratch = temp();
+  MemoryAllocator& scratch = temp_allocator();
   kernels::ThreadPool* pool = pool_;
   const ModelWeights& w = *weights_;
   const std::size_t d = c.n_embd;
 
-  HEARTH_RETURN_IF_ERROR(
-      kernels::embedding_lookup(w.embedding(), w.embedding_type(), c.n_vocab, d, tokens.data(), n, x_, pool));
+  HEARTH_RETURN_IF_ERROR(kernels::embedding_lookup(w.embedding(), w.embedding_type(), c.n_vocab, d,
+                                                   tokens.data(), n, x_, pool));
 
   kernels::RopeConfig rope;
   rope.style = c.rope_neox ? kernels::RopeStyle::kNeox : kernels::RopeStyle::kNormal;
@@ -170,10 +183,12 @@ absl::StatusOr<std::span<const float>> Module::forward(std::span<const std::int3
     kernels::rope(k_, n, c.n_head_kv, c.head_dim, start_pos, rope, pool);
     if (options_.kv_cache == KvCacheType::kInt8) {
       HEARTH_RETURN_IF_ERROR(kernels::kv_append(kv_int8_[l], start_pos, k_, v_, n));
-      HEARTH_RETURN_IF_ERROR(kernels::sdpa(q_, n, start_pos, c.n_head, kv_int8_[l], attn_scale, attn_, scratch, pool));
+      HEARTH_RETURN_IF_ERROR(
+          kernels::sdpa(q_, n, start_pos, c.n_head, kv_int8_[l], attn_scale, attn_, scratch, pool));
     } else {
       HEARTH_RETURN_IF_ERROR(kernels::kv_append(kv_float_[l], start_pos, k_, v_, n));
-      HEARTH_RETURN_IF_ERROR(kernels::sdpa(q_, n, start_pos, c.n_head, kv_float_[l], attn_scale, attn_, scratch, pool));
+      HEARTH_RETURN_IF_ERROR(kernels::sdpa(q_, n, start_pos, c.n_head, kv_float_[l], attn_scale,
+                                           attn_, scratch, pool));
     }
     HEARTH_RETURN_IF_ERROR(L.wo.forward(attn_, n, tmp_, scratch, pool));
     kernels::add_inplace(x_, tmp_, n * d, pool);

@@ -62,13 +62,14 @@ struct ModuleMemoryReport {
   std::size_t arena_capacity_bytes = 0;  // the arena they live in
   std::size_t arena_used_bytes = 0;
   std::size_t kv_cache_bytes = 0;
-  std::size_t peak_temp_bytes = 0;       // highest temp-allocator use in one forward
+  std::size_t peak_temp_bytes = 0;  // highest temp-allocator use in one forward
   std::vector<std::string> lines() const;
 };
 
 class Module {
  public:
-  static absl::StatusOr<std::unique_ptr<Module>> load(const std::string& path, const ModuleOptions& options = {},
+  static absl::StatusOr<std::unique_ptr<Module>> load(const std::string& path,
+                                                      const ModuleOptions& options = {},
                                                       MemoryAllocator* planned = nullptr,
                                                       MemoryAllocator* temp = nullptr);
   static absl::StatusOr<std::unique_ptr<Module>> load(std::shared_ptr<const GgufFile> file,
@@ -90,7 +91,8 @@ class Module {
   // already be in the KV cache (from earlier forwards of this instance).
   // Scratch comes from the temp allocator and is not reset here: the caller
   // resets it between steps (a generation does, and its lease at the end).
-  absl::StatusOr<std::span<const float>> forward(std::span<const std::int32_t> tokens, std::size_t start_pos,
+  absl::StatusOr<std::span<const float>> forward(std::span<const std::int32_t> tokens,
+                                                 std::size_t start_pos,
                                                  float* all_logits = nullptr);
 
   // One forward of a short prompt so the temp allocator, the thread pool and
@@ -105,12 +107,19 @@ class Module {
   KvCacheType kv_cache_type() const { return options_.kv_cache; }
   kernels::ThreadPool& pool() const { return *pool_; }
   ModuleMemoryReport memory_report() const;
+  // The allocator forward() takes scratch from: the one given at load, or the
+  // calling thread's temp allocator.
+  MemoryAllocator& temp_allocator();
+  // Records a temp-allocator peak observed by the caller (a generation reads
+  // it after each step) for memory_report().
+  void note_temp_peak(std::size_t bytes) {
+    if (bytes > peak_temp_) peak_temp_ = bytes;
+  }
   const AllocatorStats& planned_stats() const { return planned_stats_->stats(); }
 
  private:
   Module() = default;
   absl::Status plan(MemoryAllocator* planned);
-  MemoryAllocator& temp();
 
   std::shared_ptr<const ModelWeights> weights_;
   ModuleOptions options_;
@@ -127,8 +136,8 @@ class Module {
   std::size_t peak_temp_ = 0;
 
   // Activation buffers (in the arena), sized for max_chunk tokens.
-  float *x_ = nullptr, *xn_ = nullptr, *q_ = nullptr, *k_ = nullptr, *v_ = nullptr, *attn_ = nullptr,
-        *tmp_ = nullptr, *gate_ = nullptr, *up_ = nullptr, *logits_ = nullptr;
+  float *x_ = nullptr, *xn_ = nullptr, *q_ = nullptr, *k_ = nullptr, *v_ = nullptr,
+        *attn_ = nullptr, *tmp_ = nullptr, *gate_ = nullptr, *up_ = nullptr, *logits_ = nullptr;
   std::vector<kernels::QuantizedKvView> kv_int8_;
   std::vector<kernels::FloatKvView> kv_float_;
 };

@@ -10,7 +10,8 @@ namespace hearth::engine {
 namespace {
 
 absl::Status out_of_range(const char* field, double value, const char* range) {
-  return absl::InvalidArgumentError(str_cat(field, " = ", value, " is out of range: allowed ", range));
+  return absl::InvalidArgumentError(
+      str_cat(field, " = ", value, " is out of range: allowed ", range));
 }
 
 struct Candidate {
@@ -22,7 +23,8 @@ struct Candidate {
 
 absl::Status validate_sampling(const SamplingParams& p) {
   // Negated comparisons also reject NaN.
-  if (!(p.temperature >= 0.0f && p.temperature <= 100.0f)) return out_of_range("temperature", p.temperature, "[0, 100]");
+  if (!(p.temperature >= 0.0f && p.temperature <= 100.0f))
+    return out_of_range("temperature", p.temperature, "[0, 100]");
   if (p.top_k < 0) return out_of_range("top_k", p.top_k, "0 (off) or a positive count");
   if (!(p.top_p > 0.0f && p.top_p <= 1.0f)) return out_of_range("top_p", p.top_p, "(0, 1]");
   if (!(p.min_p >= 0.0f && p.min_p < 1.0f)) return out_of_range("min_p", p.min_p, "[0, 1)");
@@ -69,7 +71,8 @@ float Rng::uniform() { return static_cast<float>(next() >> 40) * (1.0f / 1677721
 Sampler::Sampler(const SamplingParams& params, std::size_t vocab_size)
     : params_(params), vocab_(vocab_size), rng_(params.seed) {}
 
-std::int32_t Sampler::sample(const float* logits, std::span<const std::int32_t> history, MemoryAllocator& scratch) {
+std::int32_t Sampler::sample(const float* logits, std::span<const std::int32_t> history,
+                             MemoryAllocator& scratch) {
   auto* cand = scratch.allocate_array<Candidate>(vocab_);
   if (cand == nullptr) return -1;
   for (std::size_t i = 0; i < vocab_; ++i) cand[i] = {logits[i], static_cast<std::int32_t>(i)};
@@ -79,7 +82,8 @@ std::int32_t Sampler::sample(const float* logits, std::span<const std::int32_t> 
   const bool penalise = params_.repetition_penalty != 1.0f || params_.presence_penalty != 0.0f ||
                         params_.frequency_penalty != 0.0f;
   if (penalise && params_.penalty_last_n > 0 && !history.empty()) {
-    const std::size_t n = std::min(history.size(), static_cast<std::size_t>(params_.penalty_last_n));
+    const std::size_t n =
+        std::min(history.size(), static_cast<std::size_t>(params_.penalty_last_n));
     const auto recent = history.subspan(history.size() - n);
     auto* counts = scratch.allocate_array<std::uint16_t>(vocab_);
     if (counts == nullptr) return -1;
@@ -119,7 +123,8 @@ std::int32_t Sampler::sample(const float* logits, std::span<const std::int32_t> 
   std::sort(cand, cand + n, by_logit);
   const float max_logit = cand[0].logit;
   double total = 0;
-  for (std::size_t i = 0; i < n; ++i) total += std::exp(static_cast<double>(cand[i].logit - max_logit));
+  for (std::size_t i = 0; i < n; ++i)
+    total += std::exp(static_cast<double>(cand[i].logit - max_logit));
   if (params_.top_p < 1.0f) {
     double cum = 0;
     for (std::size_t i = 0; i < n; ++i) {

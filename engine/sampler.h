@@ -23,14 +23,14 @@
 namespace hearth::engine {
 
 struct SamplingParams {
-  float temperature = 0.0f;         // 0: greedy; (0, 100]
-  std::int32_t top_k = 0;           // 0: off; otherwise [1, vocab]
-  float top_p = 1.0f;               // (0, 1]; 1: off
-  float min_p = 0.0f;               // [0, 1); 0: off
-  float repetition_penalty = 1.0f;  // (0, 10]; 1: off
-  float presence_penalty = 0.0f;    // [-2, 2]
-  float frequency_penalty = 0.0f;   // [-2, 2]
-  std::int32_t penalty_last_n = 64; // tokens of history the penalties look at; [0, 4096]
+  float temperature = 0.0f;          // 0: greedy; (0, 100]
+  std::int32_t top_k = 0;            // 0: off; otherwise [1, vocab]
+  float top_p = 1.0f;                // (0, 1]; 1: off
+  float min_p = 0.0f;                // [0, 1); 0: off
+  float repetition_penalty = 1.0f;   // (0, 10]; 1: off
+  float presence_penalty = 0.0f;     // [-2, 2]
+  float frequency_penalty = 0.0f;    // [-2, 2]
+  std::int32_t penalty_last_n = 64;  // tokens of history the penalties look at; [0, 4096]
   std::uint64_t seed = 0;
 };
 
@@ -57,7 +57,8 @@ class Sampler {
   // modified; `history` is every token so far (prompt and generated).
   // Working memory comes from `scratch` (no heap allocation); returns -1 only
   // if scratch is exhausted.
-  std::int32_t sample(const float* logits, std::span<const std::int32_t> history, MemoryAllocator& scratch);
+  std::int32_t sample(const float* logits, std::span<const std::int32_t> history,
+                      MemoryAllocator& scratch);
 
   const SamplingParams& params() const { return params_; }
 

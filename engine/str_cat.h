@@ -22,15 +22,15 @@ inline void append(std::string& out, char c) { out.push_back(c); }
 inline void append(std::string& out, absl::string_view s) { out.append(s.data(), s.size()); }
 #endif
 template <typename T>
-  requires(std::integral<T> && !std::same_as<T, char> && !std::same_as<T, bool>)
-void append(std::string& out, T v) {
+requires(std::integral<T> && !std::same_as<T, char> &&
+         !std::same_as<T, bool>) void append(std::string& out, T v) {
   char buf[24];
   auto r = std::to_chars(buf, buf + sizeof buf, v);
   out.append(buf, r.ptr);
 }
 inline void append(std::string& out, bool v) { out.append(v ? "true" : "false"); }
 template <typename T>
-  requires std::floating_point<T>
+requires std::floating_point<T>
 void append(std::string& out, T v) {
   char buf[32];
   auto r = std::to_chars(buf, buf + sizeof buf, v);

@@ -37,11 +37,12 @@ std::uint64_t hash(std::uint64_t seed, std::string_view name) {
 }
 
 // Encodes rows x cols floats (produced on the fly) in `type`.
-std::string encode(GgmlType type, std::size_t rows, std::size_t cols, Stream& rng, float amplitude, float offset) {
+std::string encode(GgmlType type, std::size_t rows, std::size_t cols, Stream& rng, float amplitude,
+                   float offset) {
   std::vector<float> row(cols);
   std::string out;
-  const std::size_t row_bytes = type == GgmlType::kF32   ? cols * 4
-                                : type == GgmlType::kF16 ? cols * 2
+  const std::size_t row_bytes = type == GgmlType::kF32    ? cols * 4
+                                : type == GgmlType::kF16  ? cols * 2
                                 : type == GgmlType::kQ8_0 ? cols / 32 * sizeof(kernels::BlockQ8_0)
                                                           : cols / 32 * sizeof(kernels::BlockQ4_0);
   out.resize(rows * row_bytes);
@@ -49,7 +50,9 @@ std::string encode(GgmlType type, std::size_t rows, std::size_t cols, Stream& rn
     for (float& v : row) v = offset + amplitude * rng.uniform_pm1();
     char* dst = out.data() + r * row_bytes;
     switch (type) {
-      case GgmlType::kF32: std::memcpy(dst, row.data(), row_bytes); break;
+      case GgmlType::kF32:
+        std::memcpy(dst, row.data(), row_bytes);
+        break;
       case GgmlType::kF16:
         for (std::size_t i = 0; i < cols; ++i) {
           const std::uint16_t h = kernels::f32_to_fp16(row[i]);
@@ -59,7 +62,9 @@ std::string encode(GgmlType type, std::size_t rows, std::size_t cols, Stream& rn
       case GgmlType::kQ8_0:
         kernels::quantize_row_q8_0(row.data(), reinterpret_cast<kernels::BlockQ8_0*>(dst), cols);
         break;
-      default: kernels::quantize_row_q4_0(row.data(), reinterpret_cast<kernels::BlockQ4_0*>(dst), cols); break;
+      default:
+        kernels::quantize_row_q4_0(row.data(), reinterpret_cast<kernels::BlockQ4_0*>(dst), cols);
+        break;
     }
   }
   return out;
@@ -101,17 +106,22 @@ SyntheticModelSpec demo_model_spec() {
 }
 
 absl::StatusOr<std::string> synthesize_model(const SyntheticModelSpec& s) {
-  auto bad = [](std::string_view what) { return absl::InvalidArgumentError(str_cat("synthetic model: ", what)); };
+  auto bad = [](std::string_view what) {
+    return absl::InvalidArgumentError(str_cat("synthetic model: ", what));
+  };
   if (s.n_embd == 0 || s.n_layer == 0 || s.n_head == 0 || s.n_head_kv == 0 || s.n_ff == 0) {
     return bad("every dimension must be positive");
   }
-  if (s.n_embd % s.n_head != 0) return bad(str_cat("dim ", s.n_embd, " is not a multiple of heads ", s.n_head));
-  if (s.n_head % s.n_head_kv != 0) return bad(str_cat("heads ", s.n_head, " is not a multiple of kv heads ", s.n_head_kv));
+  if (s.n_embd % s.n_head != 0)
+    return bad(str_cat("dim ", s.n_embd, " is not a multiple of heads ", s.n_head));
+  if (s.n_head % s.n_head_kv != 0)
+    return bad(str_cat("heads ", s.n_head, " is not a multiple of kv heads ", s.n_head_kv));
   if ((s.n_embd / s.n_head) % 2 != 0) return bad("the head dimension must be even");
   if (s.n_vocab < 300) return bad(str_cat("vocab ", s.n_vocab, " is below the minimum of 300"));
   const bool blocks = s.weight_type == GgmlType::kQ8_0 || s.weight_type == GgmlType::kQ4_0;
   if (!blocks && s.weight_type != GgmlType::kF32 && s.weight_type != GgmlType::kF16) {
-    return bad(str_cat("weight type ", ggml_type_name(s.weight_type), " is not one of F32, F16, Q8_0, Q4_0"));
+    return bad(str_cat("weight type ", ggml_type_name(s.weight_type),
+                       " is not one of F32, F16, Q8_0, Q4_0"));
   }
   if (blocks && (s.n_embd % 32 != 0 || s.n_ff % 32 != 0)) {
     return bad(str_cat("dim ", s.n_embd, " and ffn ", s.n_ff, " must be multiples of 32 for ",
@@ -121,8 +131,10 @@ absl::StatusOr<std::string> synthesize_model(const SyntheticModelSpec& s) {
   GgufWriter w;
   w.add_string("general.architecture", "llama");
   w.add_string("general.name", s.name);
-  w.add_uint32("general.file_type", s.weight_type == GgmlType::kF32 ? 0 : s.weight_type == GgmlType::kF16 ? 1
-                                    : s.weight_type == GgmlType::kQ8_0 ? 7 : 2);
+  w.add_uint32("general.file_type", s.weight_type == GgmlType::kF32    ? 0
+                                    : s.weight_type == GgmlType::kF16  ? 1
+                                    : s.weight_type == GgmlType::kQ8_0 ? 7
+                                                                       : 2);
   w.add_uint32("llama.block_count", static_cast<std::uint32_t>(s.n_layer));
   w.add_uint32("llama.embedding_length", static_cast<std::uint32_t>(s.n_embd));
   w.add_uint32("llama.attention.head_count", static_cast<std::uint32_t>(s.n_head));
@@ -149,12 +161,14 @@ absl::StatusOr<std::string> synthesize_model(const SyntheticModelSpec& s) {
 
   auto matrix = [&](const std::string& name, std::size_t n_in, std::size_t n_out) {
     Stream rng(hash(s.seed, name));
-    w.add_tensor(name, {n_in, n_out}, s.weight_type,
-                 encode(s.weight_type, n_out, n_in, rng, std::sqrt(3.0f / static_cast<float>(n_in)), 0.0f));
+    w.add_tensor(
+        name, {n_in, n_out}, s.weight_type,
+        encode(s.weight_type, n_out, n_in, rng, std::sqrt(3.0f / static_cast<float>(n_in)), 0.0f));
   };
   auto norm = [&](const std::string& name) {
     Stream rng(hash(s.seed, name));
-    w.add_tensor(name, {s.n_embd}, GgmlType::kF32, encode(GgmlType::kF32, 1, s.n_embd, rng, 0.1f, 1.0f));
+    w.add_tensor(name, {s.n_embd}, GgmlType::kF32,
+                 encode(GgmlType::kF32, 1, s.n_embd, rng, 0.1f, 1.0f));
   };
   {
     Stream rng(hash(s.seed, "token_embd.weight"));

@@ -1,8 +1,5 @@
 #include "engine/weights.h"
 
-#include <sys/mman.h>
-#include <unistd.h>
-
 #include <cstring>
 #include <map>
 
@@ -18,25 +15,29 @@ namespace {
 using kernels::Linear;
 
 absl::Status bad_tensor(const GgufFile& f, const GgufTensorInfo& t, std::string_view problem) {
-  return absl::InvalidArgumentError(str_cat("model '", f.name(), "': tensor '", t.name, "' (", ggml_type_name(t.type),
-                                            ", info at offset ", t.info_offset, "): ", problem));
+  return absl::InvalidArgumentError(str_cat("model '", f.name(), "': tensor '", t.name, "' (",
+                                            ggml_type_name(t.type), ", info at offset ",
+                                            t.info_offset, "): ", problem));
 }
 
 absl::StatusOr<const GgufTensorInfo*> find(const GgufFile& f, const std::string& name) {
   const GgufTensorInfo* t = f.find_tensor(name);
   if (t == nullptr) {
-    return absl::InvalidArgumentError(str_cat("model '", f.name(), "' is missing the tensor '", name, "'"));
+    return absl::InvalidArgumentError(
+        str_cat("model '", f.name(), "' is missing the tensor '", name, "'"));
   }
   return t;
 }
 
-absl::Status check_shape(const GgufFile& f, const GgufTensorInfo& t, std::uint64_t ne0, std::uint64_t ne1) {
+absl::Status check_shape(const GgufFile& f, const GgufTensorInfo& t, std::uint64_t ne0,
+                         std::uint64_t ne1) {
   const bool ok = ne1 == 0 ? (t.n_dims == 1 && t.dims[0] == ne0)
                            : (t.n_dims == 2 && t.dims[0] == ne0 && t.dims[1] == ne1);
   if (ok) return absl::OkStatus();
   std::string got = str_cat(t.dims[0]);
   for (std::uint32_t d = 1; d < t.n_dims; ++d) got += str_cat(" x ", t.dims[d]);
-  return bad_tensor(f, t, str_cat("has shape [", got, "], expected [", ne0, ne1 ? str_cat(" x ", ne1) : "", "]"));
+  return bad_tensor(
+      f, t, str_cat("has shape [", got, "], expected [", ne0, ne1 ? str_cat(" x ", ne1) : "", "]"));
 }
 
 // Decodes any supported tensor type to float (used for K-quants, BF16, norms).
@@ -44,7 +45,9 @@ absl::StatusOr<std::vector<float>> to_float(const GgufFile& f, const GgufTensorI
   std::vector<float> out(t.n_elements);
   const std::size_t n = out.size();
   switch (t.type) {
-    case GgmlType::kF32: std::memcpy(out.data(), t.data, n * 4); break;
+    case GgmlType::kF32:
+      std::memcpy(out.data(), t.data, n * 4);
+      break;
     case GgmlType::kF16:
       for (std::size_t i = 0; i < n; ++i) {
         std::uint16_t h;
@@ -60,17 +63,27 @@ absl::StatusOr<std::vector<float>> to_float(const GgufFile& f, const GgufTensorI
       }
       break;
     case GgmlType::kQ8_0:
-      kernels::dequantize_row_q8_0(reinterpret_cast<const kernels::BlockQ8_0*>(t.data), out.data(), n);
+      kernels::dequantize_row_q8_0(reinterpret_cast<const kernels::BlockQ8_0*>(t.data), out.data(),
+                                   n);
       break;
     case GgmlType::kQ4_0:
-      kernels::dequantize_row_q4_0(reinterpret_cast<const kernels::BlockQ4_0*>(t.data), out.data(), n);
+      kernels::dequantize_row_q4_0(reinterpret_cast<const kernels::BlockQ4_0*>(t.data), out.data(),
+                                   n);
       break;
-    case GgmlType::kQ4_K: dequantize_row_q4_k(reinterpret_cast<const BlockQ4_K*>(t.data), out.data(), n); break;
-    case GgmlType::kQ5_K: dequantize_row_q5_k(reinterpret_cast<const BlockQ5_K*>(t.data), out.data(), n); break;
-    case GgmlType::kQ6_K: dequantize_row_q6_k(reinterpret_cast<const BlockQ6_K*>(t.data), out.data(), n); break;
+    case GgmlType::kQ4_K:
+      dequantize_row_q4_k(reinterpret_cast<const BlockQ4_K*>(t.data), out.data(), n);
+      break;
+    case GgmlType::kQ5_K:
+      dequantize_row_q5_k(reinterpret_cast<const BlockQ5_K*>(t.data), out.data(), n);
+      break;
+    case GgmlType::kQ6_K:
+      dequantize_row_q6_k(reinterpret_cast<const BlockQ6_K*>(t.data), out.data(), n);
+      break;
     default:
-      return bad_tensor(f, t, str_cat("type ", ggml_type_name(t.type),
-                                      " is not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K)"));
+      return bad_tensor(
+          f, t,
+          str_cat("type ", ggml_type_name(t.type),
+                  " is not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K)"));
   }
   return out;
 }
@@ -81,30 +94,22 @@ std::vector<kernels::BlockQ8_0> to_q8_0(const std::vector<float>& x) {
   return q;
 }
 
-// Drops the file pages of a tensor that was copied into a packed layout from
-// this process's resident set (the mapping stays valid; pages come back from
-// the page cache if ever read again).
-void release_pages(const GgufTensorInfo& t) {
-  const auto page = static_cast<std::uintptr_t>(::sysconf(_SC_PAGESIZE));
-  const auto begin = (reinterpret_cast<std::uintptr_t>(t.data) + page - 1) / page * page;
-  const auto end = (reinterpret_cast<std::uintptr_t>(t.data) + t.n_bytes) / page * page;
-  if (end > begin) ::madvise(reinterpret_cast<void*>(begin), end - begin, MADV_DONTNEED);
-}
-
 struct Loader {
   const GgufFile& f;
   const LoadOptions& options;
   std::map<std::string, int> type_counts;
   std::size_t packed_bytes = 0;
 
-  absl::StatusOr<Linear> linear(const std::string& name, std::size_t n_in, std::size_t n_out, bool keep_pages = false) {
+  absl::StatusOr<Linear> linear(const std::string& name, std::size_t n_in, std::size_t n_out,
+                                bool keep_pages = false) {
     auto t = find(f, name);
     if (!t.ok()) return t.status();
     const GgufTensorInfo& ti = **t;
     if (auto s = check_shape(f, ti, n_in, n_out); !s.ok()) return s;
     absl::StatusOr<Linear> l = absl::InternalError("unset");
     const bool convertible = n_in % 32 == 0;
-    const bool is_float = ti.type == GgmlType::kF32 || ti.type == GgmlType::kF16 || ti.type == GgmlType::kBF16;
+    const bool is_float =
+        ti.type == GgmlType::kF32 || ti.type == GgmlType::kF16 || ti.type == GgmlType::kBF16;
     if (is_float && options.convert != LoadOptions::Convert::kNone && convertible) {
       auto x = to_float(f, ti);
       if (!x.ok()) return x.status();
@@ -140,28 +145,35 @@ struct Loader {
         case GgmlType::kQ6_K: {
           auto x = to_float(f, ti);
           if (!x.ok()) return x.status();
-          l = Linear::from_q8_0(to_q8_0(*x).data(), n_out, n_in);
+          l = options.kquants_as_f32 ? Linear::from_f32(x->data(), n_out, n_in)
+                                     : Linear::from_q8_0(to_q8_0(*x).data(), n_out, n_in);
           break;
         }
         default:
-          return bad_tensor(f, ti, str_cat("type ", ggml_type_name(ti.type),
-                                          " is not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K)"));
+          return bad_tensor(
+              f, ti,
+              str_cat("type ", ggml_type_name(ti.type),
+                      " is not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K)"));
       }
     }
     if (!l.ok()) return bad_tensor(f, ti, std::string(l.status().message()));
-    ++type_counts[ggml_type_name(ti.type) + (is_float && options.convert != LoadOptions::Convert::kNone && convertible
-                                                 ? std::string("->") + (options.convert == LoadOptions::Convert::kQ8_0 ? "Q8_0" : "Q4_0")
-                                                 : std::string())];
+    ++type_counts[ggml_type_name(ti.type) +
+                  (is_float && options.convert != LoadOptions::Convert::kNone && convertible
+                       ? std::string("->") +
+                             (options.convert == LoadOptions::Convert::kQ8_0 ? "Q8_0" : "Q4_0")
+                       : std::string())];
     packed_bytes += l->weight_bytes();
-    if (!keep_pages) release_pages(ti);
+    if (!keep_pages) f.release_pages(ti);
     return l;
   }
 
-  absl::StatusOr<std::vector<float>> vector(const std::string& name, std::size_t n, bool optional = false) {
+  absl::StatusOr<std::vector<float>> vector(const std::string& name, std::size_t n,
+                                            bool optional = false) {
     const GgufTensorInfo* t = f.find_tensor(name);
     if (t == nullptr) {
       if (optional) return std::vector<float>();
-      return absl::InvalidArgumentError(str_cat("model '", f.name(), "' is missing the tensor '", name, "'"));
+      return absl::InvalidArgumentError(
+          str_cat("model '", f.name(), "' is missing the tensor '", name, "'"));
     }
     if (auto s = check_shape(f, *t, n, 0); !s.ok()) return s;
     return to_float(f, *t);
@@ -170,8 +182,8 @@ struct Loader {
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<const ModelWeights>> ModelWeights::load(std::shared_ptr<const GgufFile> file,
-                                                                       const LoadOptions& options) {
+absl::StatusOr<std::shared_ptr<const ModelWeights>> ModelWeights::load(
+    std::shared_ptr<const GgufFile> file, const LoadOptions& options) {
   auto config = read_model_config(*file);
   if (!config.ok()) return config.status();
   std::shared_ptr<ModelWeights> w(new ModelWeights());
@@ -195,14 +207,15 @@ absl::StatusOr<std::shared_ptr<const ModelWeights>> ModelWeights::load(std::shar
     auto bq = ld.vector(p + "attn_q.bias", c.q_dim(), !c.attn_bias);
     auto bk = ld.vector(p + "attn_k.bias", c.kv_dim(), !c.attn_bias);
     auto bv = ld.vector(p + "attn_v.bias", c.kv_dim(), !c.attn_bias);
-    for (const absl::Status& s : {attn_norm.status(), ffn_norm.status(), wq.status(), wk.status(), wv.status(),
-                                  wo.status(), wg.status(), wu.status(), wd.status(), bq.status(), bk.status(),
-                                  bv.status()}) {
+    for (const absl::Status& s :
+         {attn_norm.status(), ffn_norm.status(), wq.status(), wk.status(), wv.status(), wo.status(),
+          wg.status(), wu.status(), wd.status(), bq.status(), bk.status(), bv.status()}) {
       if (!s.ok()) return s;
     }
-    w->layers_.push_back(LayerWeights{std::move(*attn_norm), std::move(*ffn_norm), std::move(*wq), std::move(*wk),
-                                      std::move(*wv), std::move(*wo), std::move(*wg), std::move(*wu),
-                                      std::move(*wd), std::move(*bq), std::move(*bk), std::move(*bv)});
+    w->layers_.push_back(LayerWeights{std::move(*attn_norm), std::move(*ffn_norm), std::move(*wq),
+                                      std::move(*wk), std::move(*wv), std::move(*wo),
+                                      std::move(*wg), std::move(*wu), std::move(*wd),
+                                      std::move(*bq), std::move(*bk), std::move(*bv)});
   }
   auto norm = ld.vector("output_norm.weight", c.n_embd);
   if (!norm.ok()) return norm.status();
@@ -214,23 +227,35 @@ absl::StatusOr<std::shared_ptr<const ModelWeights>> ModelWeights::load(std::shar
   const GgufTensorInfo& et = **emb;
   if (auto s = check_shape(f, et, c.n_embd, c.n_vocab); !s.ok()) return s;
   switch (et.type) {
-    case GgmlType::kF32: w->embedding_type_ = kernels::DType::kF32; break;
-    case GgmlType::kF16: w->embedding_type_ = kernels::DType::kF16; break;
-    case GgmlType::kBF16: w->embedding_type_ = kernels::DType::kBF16; break;
-    case GgmlType::kQ8_0: w->embedding_type_ = kernels::DType::kQ8_0; break;
-    case GgmlType::kQ4_0: w->embedding_type_ = kernels::DType::kQ4_0; break;
+    case GgmlType::kF32:
+      w->embedding_type_ = kernels::DType::kF32;
+      break;
+    case GgmlType::kF16:
+      w->embedding_type_ = kernels::DType::kF16;
+      break;
+    case GgmlType::kBF16:
+      w->embedding_type_ = kernels::DType::kBF16;
+      break;
+    case GgmlType::kQ8_0:
+      w->embedding_type_ = kernels::DType::kQ8_0;
+      break;
+    case GgmlType::kQ4_0:
+      w->embedding_type_ = kernels::DType::kQ4_0;
+      break;
     default: {
       auto x = to_float(f, et);
       if (!x.ok()) return x.status();
-      if (c.n_embd % 32 != 0) return bad_tensor(f, et, "K-quant embedding rows must be a multiple of 32");
+      if (c.n_embd % 32 != 0)
+        return bad_tensor(f, et, "K-quant embedding rows must be a multiple of 32");
       const auto q = to_q8_0(*x);
       w->embedding_converted_.resize(q.size() * sizeof(kernels::BlockQ8_0));
       std::memcpy(w->embedding_converted_.data(), q.data(), w->embedding_converted_.size());
       w->embedding_type_ = kernels::DType::kQ8_0;
     }
   }
-  w->embedding_ = w->embedding_converted_.empty() ? static_cast<const void*>(et.data)
-                                                  : static_cast<const void*>(w->embedding_converted_.data());
+  w->embedding_ = w->embedding_converted_.empty()
+                      ? static_cast<const void*>(et.data)
+                      : static_cast<const void*>(w->embedding_converted_.data());
 
   // The output projection, or the embedding table reused (tied weights). Tied
   // tables keep their pages: the embedding lookup still reads them in place.

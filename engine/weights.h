@@ -33,6 +33,9 @@ struct LoadOptions {
   // whose input width is not a multiple of 32 stay float.
   enum class Convert { kNone, kQ8_0, kQ4_0 };
   Convert convert = Convert::kNone;
+  // K-quant projections are re-encoded as Q8_0 (default) or, to measure what
+  // that re-encoding costs, kept exactly as decoded floats.
+  bool kquants_as_f32 = false;
 };
 
 // Aggregate-initialised by the loader (Linear has no empty state).
@@ -44,8 +47,8 @@ struct LayerWeights {
 
 class ModelWeights {
  public:
-  static absl::StatusOr<std::shared_ptr<const ModelWeights>> load(std::shared_ptr<const GgufFile> file,
-                                                                  const LoadOptions& options = {});
+  static absl::StatusOr<std::shared_ptr<const ModelWeights>> load(
+      std::shared_ptr<const GgufFile> file, const LoadOptions& options = {});
 
   const ModelConfig& config() const { return config_; }
   const GgufFile& file() const { return *file_; }

@@ -26,12 +26,39 @@ std::size_t ThreadPool::chunk_count(std::size_t range, std::size_t grain) const 
   return by_grain < by_threads ? by_grain : by_threads;
 }
 
+#if defined(HEARTH_SANITIZER_THREAD)
+// pthreadpool is not built with TSan, so TSan cannot see that handing a task
+// to a worker, and the caller waking when all tasks are done, order memory.
+// These annotations state exactly those two edges.
+extern "C" void __tsan_acquire(void* addr);
+extern "C" void __tsan_release(void* addr);
+namespace {
+struct AnnotatedTask {
+  void (*task)(void*, std::size_t);
+  void* context;
+  static void call(void* self, std::size_t i) {
+    auto* t = static_cast<AnnotatedTask*>(self);
+    __tsan_acquire(t);
+    t->task(t->context, i);
+    __tsan_release(t);
+  }
+};
+}  // namespace
+#endif
+
 void ThreadPool::run(std::size_t n, void (*task)(void*, std::size_t), void* context) {
   if (pool_ == nullptr) {
     for (std::size_t i = 0; i < n; ++i) task(context, i);
     return;
   }
+#if defined(HEARTH_SANITIZER_THREAD)
+  AnnotatedTask annotated{task, context};
+  __tsan_release(&annotated);
+  pthreadpool_parallelize_1d(pool_, &AnnotatedTask::call, &annotated, n, 0);
+  __tsan_acquire(&annotated);
+#else
   pthreadpool_parallelize_1d(pool_, task, context, n, 0);
+#endif
 }
 
 namespace {

@@ -8,8 +8,11 @@
 
 namespace hearth::tools {
 
-Flags::Flags(std::string tool, std::vector<std::string> value_flags, std::vector<std::string> bool_flags)
-    : tool_(std::move(tool)), value_flags_(std::move(value_flags)), bool_flags_(std::move(bool_flags)) {}
+Flags::Flags(std::string tool, std::vector<std::string> value_flags,
+             std::vector<std::string> bool_flags)
+    : tool_(std::move(tool)),
+      value_flags_(std::move(value_flags)),
+      bool_flags_(std::move(bool_flags)) {}
 
 bool Flags::parse(int argc, char** argv, int first) {
   auto known = [](const std::vector<std::string>& v, const std::string& s) {
@@ -65,7 +68,8 @@ std::optional<bool> Flags::get_bool(const std::string& name) const {
   return it->second;
 }
 
-bool Flags::get_int(const std::string& name, std::int64_t min, std::int64_t max, std::int64_t* out) {
+bool Flags::get_int(const std::string& name, std::int64_t min, std::int64_t max,
+                    std::int64_t* out) {
   if (!has(name)) return true;
   const std::string v = get(name);
   char* end = nullptr;
@@ -95,7 +99,8 @@ bool Flags::get_float(const std::string& name, double min, double max, double* o
   }
   if (x < min || x > max) {
     char buf[160];
-    std::snprintf(buf, sizeof buf, ": --%s: %s is out of range [%g, %g]", name.c_str(), v.c_str(), min, max);
+    std::snprintf(buf, sizeof buf, ": --%s: %s is out of range [%g, %g]", name.c_str(), v.c_str(),
+                  min, max);
     error_ = tool_ + buf;
     return false;
   }
@@ -108,9 +113,14 @@ std::string json_string(const std::string& s) {
   for (std::size_t i = 0; i < s.size();) {
     const auto c = static_cast<unsigned char>(s[i]);
     // Validate UTF-8 sequences; copy valid ones, replace invalid bytes.
-    std::size_t len = c < 0x80 ? 1 : (c >> 5) == 6 ? 2 : (c >> 4) == 14 ? 3 : (c >> 3) == 30 ? 4 : 0;
+    std::size_t len = c < 0x80         ? 1
+                      : (c >> 5) == 6  ? 2
+                      : (c >> 4) == 14 ? 3
+                      : (c >> 3) == 30 ? 4
+                                       : 0;
     bool ok = len != 0 && i + len <= s.size();
-    for (std::size_t k = 1; ok && k < len; ++k) ok = (static_cast<unsigned char>(s[i + k]) >> 6) == 2;
+    for (std::size_t k = 1; ok && k < len; ++k)
+      ok = (static_cast<unsigned char>(s[i + k]) >> 6) == 2;
     if (ok && len == 2) ok = c >= 0xC2;
     if (ok && len == 3) {
       const auto c1 = static_cast<unsigned char>(s[i + 1]);
@@ -127,11 +137,21 @@ std::string json_string(const std::string& s) {
     }
     if (len == 1) {
       switch (c) {
-        case '"': out += "\\\""; break;
-        case '\\': out += "\\\\"; break;
-        case '\n': out += "\\n"; break;
-        case '\r': out += "\\r"; break;
-        case '\t': out += "\\t"; break;
+        case '"':
+          out += "\\\"";
+          break;
+        case '\\':
+          out += "\\\\";
+          break;
+        case '\n':
+          out += "\\n";
+          break;
+        case '\r':
+          out += "\\r";
+          break;
+        case '\t':
+          out += "\\t";
+          break;
         default:
           if (c < 0x20) {
             char buf[8];

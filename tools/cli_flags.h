@@ -15,7 +15,8 @@ class Flags {
  public:
   // `value_flags`: flags that take a value; `bool_flags`: flags that don't
   // (each also accepted as --no-<name>). Anything else starting with "--" is an error.
-  Flags(std::string tool, std::vector<std::string> value_flags, std::vector<std::string> bool_flags);
+  Flags(std::string tool, std::vector<std::string> value_flags,
+        std::vector<std::string> bool_flags);
 
   // Parses argv[first..argc). Returns false (and error() says why) on a mistake.
   bool parse(int argc, char** argv, int first = 1);

@@ -47,29 +47,36 @@ int fail(const std::string& message) {
 int main(int argc, char** argv) {
   using namespace hearth;
   tools::Flags flags("hearth-generate",
-                     {"model", "prompt", "max-tokens", "temperature", "top-k", "top-p", "min-p", "repeat-penalty",
-                      "presence-penalty", "frequency-penalty", "penalty-last-n", "seed", "stop", "context",
-                      "kv-cache", "convert", "threads"},
+                     {"model", "prompt", "max-tokens", "temperature", "top-k", "top-p", "min-p",
+                      "repeat-penalty", "presence-penalty", "frequency-penalty", "penalty-last-n",
+                      "seed", "stop", "context", "kv-cache", "convert", "threads"},
                      {"json", "bos", "parse-special", "ignore-eos", "help"});
   if (!flags.parse(argc, argv)) return fail(flags.error());
   if (flags.get_bool("help").value_or(false)) {
     std::fputs(kUsage, stdout);
     return 0;
   }
-  if (!flags.positional().empty()) return fail("hearth-generate: unexpected argument '" + flags.positional()[0] + "'");
-  if (!flags.has("model")) return fail(std::string("hearth-generate: --model is required\n").append(kUsage));
+  if (!flags.positional().empty())
+    return fail("hearth-generate: unexpected argument '" + flags.positional()[0] + "'");
+  if (!flags.has("model"))
+    return fail(std::string("hearth-generate: --model is required\n").append(kUsage));
   if (!flags.has("prompt")) return fail("hearth-generate: --prompt is required");
 
   engine::GenerationRequest req;
   req.prompt = flags.get("prompt");
   std::int64_t max_tokens = 128, top_k = 0, last_n = 64, seed = 0, context = 0, threads = 0;
   double temperature = 0, top_p = 1, min_p = 0, rep = 1, presence = 0, frequency = 0;
-  const bool ok = flags.get_int("max-tokens", 0, 1 << 20, &max_tokens) && flags.get_int("top-k", 0, 1 << 24, &top_k) &&
+  const bool ok = flags.get_int("max-tokens", 0, 1 << 20, &max_tokens) &&
+                  flags.get_int("top-k", 0, 1 << 24, &top_k) &&
                   flags.get_int("penalty-last-n", 0, 4096, &last_n) &&
-                  flags.get_int("seed", 0, INT64_MAX, &seed) && flags.get_int("context", 0, 1 << 20, &context) &&
-                  flags.get_int("threads", 0, 1024, &threads) && flags.get_float("temperature", 0, 100, &temperature) &&
-                  flags.get_float("top-p", 0, 1, &top_p) && flags.get_float("min-p", 0, 1, &min_p) &&
-                  flags.get_float("repeat-penalty", 0, 10, &rep) && flags.get_float("presence-penalty", -2, 2, &presence) &&
+                  flags.get_int("seed", 0, INT64_MAX, &seed) &&
+                  flags.get_int("context", 0, 1 << 20, &context) &&
+                  flags.get_int("threads", 0, 1024, &threads) &&
+                  flags.get_float("temperature", 0, 100, &temperature) &&
+                  flags.get_float("top-p", 0, 1, &top_p) &&
+                  flags.get_float("min-p", 0, 1, &min_p) &&
+                  flags.get_float("repeat-penalty", 0, 10, &rep) &&
+                  flags.get_float("presence-penalty", -2, 2, &presence) &&
                   flags.get_float("frequency-penalty", -2, 2, &frequency);
   if (!ok) return fail(flags.error());
   req.max_tokens = static_cast<std::size_t>(max_tokens);
@@ -121,7 +128,8 @@ int main(int argc, char** argv) {
 
   auto on_token = [&](std::string_view text, std::int32_t token) {
     if (json) {
-      std::printf("{\"text\":%s,\"token\":%d}\n", tools::json_string(std::string(text)).c_str(), token);
+      std::printf("{\"text\":%s,\"token\":%d}\n", tools::json_string(std::string(text)).c_str(),
+                  token);
     } else {
       std::fwrite(text.data(), 1, text.size(), stdout);
     }
@@ -140,26 +148,35 @@ int main(int argc, char** argv) {
       return out + "]";
     };
     std::printf(
-        "{\"prompt_ids\":%s,\"generated_ids\":%s,\"finish_reason\":\"%s\",\"text\":%s,\"stats\":{\"prompt_tokens\":%zu,"
+        "{\"prompt_ids\":%s,\"generated_ids\":%s,\"finish_reason\":\"%s\",\"text\":%s,\"stats\":{"
+        "\"prompt_tokens\":%zu,"
         "\"generated_tokens\":%zu,\"time_to_first_token_s\":%.6f,\"prefill_tokens_per_s\":%.2f,"
-        "\"decode_tokens_per_s\":%.2f,\"total_s\":%.6f,\"temp_allocator_lookups\":%llu,\"temp_allocator_hits\":%llu,"
+        "\"decode_tokens_per_s\":%.2f,\"total_s\":%.6f,\"temp_allocator_lookups\":%llu,\"temp_"
+        "allocator_hits\":%llu,"
         "\"temp_allocator_misses\":%llu,\"temp_allocator_peak_bytes\":%llu}}\n",
-        ids(result->prompt_ids).c_str(), ids(result->generated_ids).c_str(), engine::finish_reason_name(result->finish),
-        tools::json_string(result->text).c_str(), s.prompt_tokens, s.generated_tokens, s.time_to_first_token_s,
-        s.prefill_tokens_per_s(), s.decode_tokens_per_s(), s.total_s,
-        static_cast<unsigned long long>(s.temp_lookups), static_cast<unsigned long long>(s.temp_hits),
-        static_cast<unsigned long long>(s.temp_misses), static_cast<unsigned long long>(s.temp_peak_bytes));
+        ids(result->prompt_ids).c_str(), ids(result->generated_ids).c_str(),
+        engine::finish_reason_name(result->finish), tools::json_string(result->text).c_str(),
+        s.prompt_tokens, s.generated_tokens, s.time_to_first_token_s, s.prefill_tokens_per_s(),
+        s.decode_tokens_per_s(), s.total_s, static_cast<unsigned long long>(s.temp_lookups),
+        static_cast<unsigned long long>(s.temp_hits),
+        static_cast<unsigned long long>(s.temp_misses),
+        static_cast<unsigned long long>(s.temp_peak_bytes));
   } else {
     std::printf("\n");
-    std::fprintf(stderr,
-                 "\n[hearth] finish: %s | prompt %zu tokens, generated %zu | time to first token %.1f ms | "
-                 "prefill %.1f tok/s | decode %.1f tok/s\n[hearth] temp allocator: %llu lookups, %llu hits "
-                 "(%.2f%%), %llu misses, peak %llu bytes\n",
-                 engine::finish_reason_name(result->finish), s.prompt_tokens, s.generated_tokens,
-                 s.time_to_first_token_s * 1e3, s.prefill_tokens_per_s(), s.decode_tokens_per_s(),
-                 static_cast<unsigned long long>(s.temp_lookups), static_cast<unsigned long long>(s.temp_hits),
-                 s.temp_lookups ? 100.0 * static_cast<double>(s.temp_hits) / static_cast<double>(s.temp_lookups) : 0.0,
-                 static_cast<unsigned long long>(s.temp_misses), static_cast<unsigned long long>(s.temp_peak_bytes));
+    std::fprintf(
+        stderr,
+        "\n[hearth] finish: %s | prompt %zu tokens, generated %zu | time to first token %.1f ms | "
+        "prefill %.1f tok/s | decode %.1f tok/s\n[hearth] temp allocator: %llu lookups, %llu hits "
+        "(%.2f%%), %llu misses, peak %llu bytes\n",
+        engine::finish_reason_name(result->finish), s.prompt_tokens, s.generated_tokens,
+        s.time_to_first_token_s * 1e3, s.prefill_tokens_per_s(), s.decode_tokens_per_s(),
+        static_cast<unsigned long long>(s.temp_lookups),
+        static_cast<unsigned long long>(s.temp_hits),
+        s.temp_lookups
+            ? 100.0 * static_cast<double>(s.temp_hits) / static_cast<double>(s.temp_lookups)
+            : 0.0,
+        static_cast<unsigned long long>(s.temp_misses),
+        static_cast<unsigned long long>(s.temp_peak_bytes));
   }
   return 0;
 }

@@ -7,10 +7,10 @@
 //                           --type f32|f16|q8_0|q4_0 --seed N --name TEXT]
 #include <cstdio>
 #include <cstring>
-#include <optional>
 #include <iostream>
 #include <iterator>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -50,17 +50,23 @@ int fail(const std::string& m) {
 
 std::string describe(const engine::GgufValue& v) {
   switch (v.type) {
-    case GgufValueType::kString: return tools::json_string(std::string(v.str.substr(0, 200)));
-    case GgufValueType::kBool: return v.scalar.b ? "true" : "false";
+    case GgufValueType::kString:
+      return tools::json_string(std::string(v.str.substr(0, 200)));
+    case GgufValueType::kBool:
+      return v.scalar.b ? "true" : "false";
     case GgufValueType::kFloat32:
-    case GgufValueType::kFloat64: return hearth::str_cat(v.scalar.f64);
+    case GgufValueType::kFloat64:
+      return hearth::str_cat(v.scalar.f64);
     case GgufValueType::kInt8:
     case GgufValueType::kInt16:
     case GgufValueType::kInt32:
-    case GgufValueType::kInt64: return hearth::str_cat(v.scalar.i64);
+    case GgufValueType::kInt64:
+      return hearth::str_cat(v.scalar.i64);
     case GgufValueType::kArray:
-      return hearth::str_cat("[", engine::gguf_value_type_name(v.array_type), " x ", v.array_count, "]");
-    default: return hearth::str_cat(v.scalar.u64);
+      return hearth::str_cat("[", engine::gguf_value_type_name(v.array_type), " x ", v.array_count,
+                             "]");
+    default:
+      return hearth::str_cat(v.scalar.u64);
   }
 }
 
@@ -77,11 +83,13 @@ int inspect(int argc, char** argv) {
   auto f = open(flags.positional()[0]);
   if (!f.ok()) return fail("hearth-model: " + std::string(f.status().message()));
   const auto& g = **f;
-  std::printf("file: %s\nGGUF version %u, %zu bytes, alignment %zu, tensor data at %zu\n\nmetadata (%zu):\n",
-              g.name().c_str(), g.version(), g.size(), g.alignment(), g.data_offset(), g.metadata().size());
+  std::printf(
+      "file: %s\nGGUF version %u, %zu bytes, alignment %zu, tensor data at %zu\n\nmetadata "
+      "(%zu):\n",
+      g.name().c_str(), g.version(), g.size(), g.alignment(), g.data_offset(), g.metadata().size());
   for (const auto& kv : g.metadata()) {
-    std::printf("  %-48s %-8s %s\n", std::string(kv.key).c_str(), engine::gguf_value_type_name(kv.value.type),
-                describe(kv.value).c_str());
+    std::printf("  %-48s %-8s %s\n", std::string(kv.key).c_str(),
+                engine::gguf_value_type_name(kv.value.type), describe(kv.value).c_str());
   }
   std::printf("\ntensors (%zu):\n", g.tensors().size());
   std::map<std::string, std::uint64_t> bytes_by_type;
@@ -89,12 +97,14 @@ int inspect(int argc, char** argv) {
     std::string dims = std::to_string(t.dims[0]);
     for (std::uint32_t d = 1; d < t.n_dims; ++d) dims += " x " + std::to_string(t.dims[d]);
     std::printf("  %-36s %-6s [%s] offset %llu, %llu bytes\n", std::string(t.name).c_str(),
-                engine::ggml_type_name(t.type).c_str(), dims.c_str(), static_cast<unsigned long long>(t.offset),
+                engine::ggml_type_name(t.type).c_str(), dims.c_str(),
+                static_cast<unsigned long long>(t.offset),
                 static_cast<unsigned long long>(t.n_bytes));
     bytes_by_type[engine::ggml_type_name(t.type)] += t.n_bytes;
   }
   std::printf("\nbytes by type:");
-  for (const auto& [type, b] : bytes_by_type) std::printf(" %s %llu;", type.c_str(), static_cast<unsigned long long>(b));
+  for (const auto& [type, b] : bytes_by_type)
+    std::printf(" %s %llu;", type.c_str(), static_cast<unsigned long long>(b));
   std::printf("\n");
   return 0;
 }
@@ -102,7 +112,8 @@ int inspect(int argc, char** argv) {
 int tokenize(int argc, char** argv) {
   tools::Flags flags("hearth-model tokenize", {}, {"bos", "parse-special"});
   if (!flags.parse(argc, argv, 2)) return fail(flags.error());
-  if (flags.positional().size() != 1) return fail("hearth-model tokenize: expected one FILE (text comes on stdin)");
+  if (flags.positional().size() != 1)
+    return fail("hearth-model tokenize: expected one FILE (text comes on stdin)");
   auto f = open(flags.positional()[0]);
   if (!f.ok()) return fail("hearth-model: " + std::string(f.status().message()));
   auto tok = engine::Tokenizer::from_gguf(**f);
@@ -142,9 +153,11 @@ std::optional<std::vector<float>> float_data(const engine::GgufTensorInfo& t) {
 int quantize(int argc, char** argv) {
   tools::Flags flags("hearth-model quantize", {"type"}, {});
   if (!flags.parse(argc, argv, 2)) return fail(flags.error());
-  if (flags.positional().size() != 2) return fail("hearth-model quantize: expected IN and OUT files");
+  if (flags.positional().size() != 2)
+    return fail("hearth-model quantize: expected IN and OUT files");
   const std::string type = flags.get("type");
-  if (type != "q8_0" && type != "q4_0") return fail("hearth-model quantize: --type must be q8_0 or q4_0");
+  if (type != "q8_0" && type != "q4_0")
+    return fail("hearth-model quantize: --type must be q8_0 or q4_0");
   const bool q8 = type == "q8_0";
   auto f = open(flags.positional()[0]);
   if (!f.ok()) return fail("hearth-model: " + std::string(f.status().message()));
@@ -166,7 +179,8 @@ int quantize(int argc, char** argv) {
     std::optional<std::vector<float>> x;
     if (t.n_dims == 2 && t.dims[0] % 32 == 0) x = float_data(t);
     if (!x) {
-      // 1-D tensors (norms), rows not a multiple of 32, and already-quantized tensors stay as they are.
+      // 1-D tensors (norms), rows not a multiple of 32, and already-quantized tensors stay as they
+      // are.
       w.add_tensor(t.name, dims, t.type, raw);
       ++kept;
       continue;
@@ -174,34 +188,43 @@ int quantize(int argc, char** argv) {
     std::string out;
     if (q8) {
       out.resize(x->size() / 32 * sizeof(kernels::BlockQ8_0));
-      kernels::quantize_row_q8_0(x->data(), reinterpret_cast<kernels::BlockQ8_0*>(out.data()), x->size());
+      kernels::quantize_row_q8_0(x->data(), reinterpret_cast<kernels::BlockQ8_0*>(out.data()),
+                                 x->size());
     } else {
       out.resize(x->size() / 32 * sizeof(kernels::BlockQ4_0));
-      kernels::quantize_row_q4_0(x->data(), reinterpret_cast<kernels::BlockQ4_0*>(out.data()), x->size());
+      kernels::quantize_row_q4_0(x->data(), reinterpret_cast<kernels::BlockQ4_0*>(out.data()),
+                                 x->size());
     }
     w.add_tensor(t.name, dims, q8 ? GgmlType::kQ8_0 : GgmlType::kQ4_0, out);
     ++converted;
   }
-  if (auto s = w.write(flags.positional()[1]); !s.ok()) return fail("hearth-model: " + std::string(s.message()));
+  if (auto s = w.write(flags.positional()[1]); !s.ok())
+    return fail("hearth-model: " + std::string(s.message()));
   std::fprintf(stderr, "hearth-model: wrote %s: %d tensors quantized to %s, %d kept as they were\n",
                flags.positional()[1].c_str(), converted, q8 ? "Q8_0" : "Q4_0", kept);
   return 0;
 }
 
 int synth(int argc, char** argv) {
-  tools::Flags flags("hearth-model synth",
-                     {"dim", "layers", "heads", "kv-heads", "ffn", "vocab", "context", "type", "seed", "name"}, {});
+  tools::Flags flags(
+      "hearth-model synth",
+      {"dim", "layers", "heads", "kv-heads", "ffn", "vocab", "context", "type", "seed", "name"},
+      {});
   if (!flags.parse(argc, argv, 2)) return fail(flags.error());
   if (flags.positional().size() != 1) return fail("hearth-model synth: expected one OUT file");
   engine::SyntheticModelSpec s;
-  std::int64_t dim = static_cast<std::int64_t>(s.n_embd), layers = static_cast<std::int64_t>(s.n_layer),
-               heads = static_cast<std::int64_t>(s.n_head), kv_heads = -1, ffn = static_cast<std::int64_t>(s.n_ff),
-               vocab = static_cast<std::int64_t>(s.n_vocab), context = static_cast<std::int64_t>(s.context_length),
+  std::int64_t dim = static_cast<std::int64_t>(s.n_embd),
+               layers = static_cast<std::int64_t>(s.n_layer),
+               heads = static_cast<std::int64_t>(s.n_head), kv_heads = -1,
+               ffn = static_cast<std::int64_t>(s.n_ff),
+               vocab = static_cast<std::int64_t>(s.n_vocab),
+               context = static_cast<std::int64_t>(s.context_length),
                seed = static_cast<std::int64_t>(s.seed);
-  const bool ok = flags.get_int("dim", 1, 65536, &dim) && flags.get_int("layers", 1, 1024, &layers) &&
-                  flags.get_int("heads", 1, 1024, &heads) && flags.get_int("kv-heads", 1, 1024, &kv_heads) &&
-                  flags.get_int("ffn", 1, 1 << 20, &ffn) && flags.get_int("vocab", 300, 1 << 20, &vocab) &&
-                  flags.get_int("context", 1, 1 << 20, &context) && flags.get_int("seed", 0, INT64_MAX, &seed);
+  const bool ok =
+      flags.get_int("dim", 1, 65536, &dim) && flags.get_int("layers", 1, 1024, &layers) &&
+      flags.get_int("heads", 1, 1024, &heads) && flags.get_int("kv-heads", 1, 1024, &kv_heads) &&
+      flags.get_int("ffn", 1, 1 << 20, &ffn) && flags.get_int("vocab", 300, 1 << 20, &vocab) &&
+      flags.get_int("context", 1, 1 << 20, &context) && flags.get_int("seed", 0, INT64_MAX, &seed);
   if (!ok) return fail(flags.error());
   s.n_embd = static_cast<std::size_t>(dim);
   s.n_layer = static_cast<std::size_t>(layers);
@@ -227,10 +250,13 @@ int synth(int argc, char** argv) {
   auto bytes = engine::synthesize_model(s);
   if (!bytes.ok()) return fail("hearth-model synth: " + std::string(bytes.status().message()));
   std::FILE* out = std::fopen(flags.positional()[0].c_str(), "wb");
-  if (out == nullptr) return fail("hearth-model synth: cannot create '" + flags.positional()[0] + "'");
+  if (out == nullptr)
+    return fail("hearth-model synth: cannot create '" + flags.positional()[0] + "'");
   const bool written = std::fwrite(bytes->data(), 1, bytes->size(), out) == bytes->size();
-  if (std::fclose(out) != 0 || !written) return fail("hearth-model synth: cannot write '" + flags.positional()[0] + "'");
-  std::fprintf(stderr, "hearth-model: wrote %s (%zu bytes)\n", flags.positional()[0].c_str(), bytes->size());
+  if (std::fclose(out) != 0 || !written)
+    return fail("hearth-model synth: cannot write '" + flags.positional()[0] + "'");
+  std::fprintf(stderr, "hearth-model: wrote %s (%zu bytes)\n", flags.positional()[0].c_str(),
+               bytes->size());
   return 0;
 }
 

@@ -29,6 +29,25 @@ __attribute__((target("avx2"))) std::uint64_t read_avx2(const std::byte* p, std:
   return static_cast<std::uint64_t>(_mm256_extract_epi64(acc0, 0));
 }
 
+// 512-bit loads with software prefetch a kilobyte ahead: on some machines a
+// single core streams faster this way than the hardware prefetcher alone allows.
+__attribute__((target("avx512f"))) std::uint64_t read_avx512_prefetch(const std::byte* p,
+                                                                      std::size_t n) {
+  __m512i acc0 = _mm512_setzero_si512(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+  for (std::size_t i = 0; i + 256 <= n; i += 256) {
+    for (int l = 0; l < 256; l += 64)
+      _mm_prefetch(reinterpret_cast<const char*>(p + i + 1024 + l), _MM_HINT_T0);
+    acc0 = _mm512_xor_si512(acc0, _mm512_load_si512(p + i));
+    acc1 = _mm512_xor_si512(acc1, _mm512_load_si512(p + i + 64));
+    acc2 = _mm512_xor_si512(acc2, _mm512_load_si512(p + i + 128));
+    acc3 = _mm512_xor_si512(acc3, _mm512_load_si512(p + i + 192));
+  }
+  acc0 = _mm512_xor_si512(_mm512_xor_si512(acc0, acc1), _mm512_xor_si512(acc2, acc3));
+  alignas(64) std::uint64_t lanes[8];
+  _mm512_store_si512(lanes, acc0);
+  return lanes[0];
+}
+
 std::uint64_t read_scalar(const std::byte* p, std::size_t n) {
   std::uint64_t acc = 0;
   for (std::size_t i = 0; i + 8 <= n; i += 8) {
@@ -53,16 +72,23 @@ double measure(std::size_t threads) {
   std::memset(buf, 1, kStreamBytes);  // fault every page in before timing
   kernels::ThreadPool& pool = bench_pool(threads);
   const bool avx2 = __builtin_cpu_supports("avx2");
+  const bool avx512 = __builtin_cpu_supports("avx512f");
+  // The best of several plain streaming reads (with and without software
+  // prefetch): the bandwidth a simple kernel can reach, which kernels are held to.
   double best = 0;
   std::uint64_t sink = 0;
-  for (int rep = 0; rep < 5; ++rep) {
+  for (int rep = 0; rep < 6; ++rep) {
+    const bool prefetch = avx512 && rep % 2 == 1;
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<std::uint64_t> partial(threads);
-    pool.parallel_chunks(
-        kStreamBytes / 4096, threads, [&](std::size_t chunk, std::size_t b, std::size_t e) {
-          const std::byte* p = buf + b * 4096;
-          partial[chunk] = avx2 ? read_avx2(p, (e - b) * 4096) : read_scalar(p, (e - b) * 4096);
-        });
+    pool.parallel_chunks(kStreamBytes / 4096, threads,
+                         [&](std::size_t chunk, std::size_t b, std::size_t e) {
+                           const std::byte* p = buf + b * 4096;
+                           const std::size_t n = (e - b) * 4096;
+                           partial[chunk] = prefetch ? read_avx512_prefetch(p, n)
+                                            : avx2   ? read_avx2(p, n)
+                                                     : read_scalar(p, n);
+                         });
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     for (auto v : partial) sink ^= v;
     best = std::max(best, static_cast<double>(kStreamBytes) / s / 1e9);
@@ -106,6 +132,14 @@ void set_bandwidth_counters(benchmark::State& state, double bytes_per_iteration,
 
 void summary(const std::string& what, const std::string& setting, const std::string& figures) {
   std::lock_guard<std::mutex> lock(mu);
+  // Google Benchmark runs a function several times while it settles the
+  // iteration count: the last run's figures replace the earlier ones.
+  for (Line& l : lines) {
+    if (l.what == what && l.setting == setting) {
+      l.figures = figures;
+      return;
+    }
+  }
   lines.push_back({what, setting, figures});
 }
 

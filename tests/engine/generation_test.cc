@@ -49,7 +49,8 @@ TEST(Generation, GreedyTextMatchesTheReferenceAndStreamsInOrder) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->prompt_ids, (std::vector<std::int32_t>{1, 403, 407, 261, 378}));
   EXPECT_EQ(r->text,
-            ", there was a little girl named Lily. She loved to play outside in the park. One day, she saw a big, red "
+            ", there was a little girl named Lily. She loved to play outside in the park. One day, "
+            "she saw a big, red "
             "ball. She wanted to play with it, but it was too high.\nLily's mom said");
   EXPECT_EQ(streamed, r->text);
   EXPECT_EQ(streamed_ids, r->generated_ids);
@@ -120,7 +121,8 @@ TEST(Generation, ContextLimitEndsGeneration) {
   auto r = generate(*l.module, *l.tokenizer, req);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->finish, FinishReason::kContextLimit);
-  EXPECT_EQ(r->prompt_ids.size() + r->generated_ids.size(), 17u);  // 16 positions + the last sampled token
+  EXPECT_EQ(r->prompt_ids.size() + r->generated_ids.size(),
+            17u);  // 16 positions + the last sampled token
 }
 
 TEST(Generation, BadRequestsNameTheField) {

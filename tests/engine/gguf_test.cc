@@ -18,7 +18,8 @@ std::string read_file(const std::filesystem::path& p) {
 }
 
 absl::StatusOr<std::unique_ptr<GgufFile>> parse(const std::string& bytes) {
-  return GgufFile::parse(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size(), "test.gguf");
+  return GgufFile::parse(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size(),
+                         "test.gguf");
 }
 
 TEST(Gguf, ReadsStories260KHeaderFacts) {
@@ -49,7 +50,8 @@ TEST(Gguf, ReadsStories260KHeaderFacts) {
   EXPECT_EQ(total, 1171200u);
   // Typed access errors name the key.
   EXPECT_EQ(g.get_uint("no.such.key").status().code(), absl::StatusCode::kNotFound);
-  EXPECT_NE(g.get_uint("general.architecture").status().message().find("general.architecture"), std::string::npos);
+  EXPECT_NE(g.get_uint("general.architecture").status().message().find("general.architecture"),
+            std::string::npos);
 }
 
 TEST(Gguf, ReadsTheF16TinyModelAndEveryVocabularyFile) {
@@ -60,7 +62,8 @@ TEST(Gguf, ReadsTheF16TinyModelAndEveryVocabularyFile) {
   EXPECT_EQ((*f)->data_offset(), 724416u);
   EXPECT_EQ((*f)->find_tensor("token_embd.weight")->type, GgmlType::kF16);
   int vocab_files = 0;
-  for (const auto& e : std::filesystem::directory_iterator(testing::shared_dir() / "reference/tokenizer")) {
+  for (const auto& e :
+       std::filesystem::directory_iterator(testing::shared_dir() / "reference/tokenizer")) {
     if (e.path().extension() != ".gguf") continue;
     auto v = GgufFile::open(e.path().string());
     ASSERT_TRUE(v.ok()) << e.path() << ": " << v.status();
@@ -101,7 +104,7 @@ TEST(Gguf, WriterRoundTripsEveryValueType) {
   EXPECT_FALSE(g.get_string("u32").ok());
   ASSERT_EQ(g.tensors().size(), 1u);
   EXPECT_EQ(g.tensors()[0].n_elements, 6u);
-  EXPECT_EQ(g.tensors()[0].data - reinterpret_cast<const std::uint8_t*>(bytes.data()), 
+  EXPECT_EQ(g.tensors()[0].data - reinterpret_cast<const std::uint8_t*>(bytes.data()),
             static_cast<std::ptrdiff_t>(g.data_offset()));
   EXPECT_EQ(g.data_offset() % 64, 0u);
 }
@@ -165,7 +168,8 @@ TEST(Gguf, HostileCountsAndFieldsAreRefusedWithTheirName) {
   r = patched(info + 8 + 7 + 4 + 8, &bad_type, 4);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("tensor 'weights'"), std::string::npos) << r.status();
-  EXPECT_NE(r.status().message().find("unknown tensor type id 99"), std::string::npos) << r.status();
+  EXPECT_NE(r.status().message().find("unknown tensor type id 99"), std::string::npos)
+      << r.status();
   const std::uint64_t far = 1 << 20;
   r = patched(info + 8 + 7 + 4 + 8 + 4, &far, 8);
   ASSERT_FALSE(r.ok());
@@ -188,7 +192,8 @@ TEST(Gguf, RandomByteFlipsNeverCrash) {
   for (int trial = 0; trial < 3000; ++trial) {
     std::vector<std::uint8_t> b(model.begin(), model.end());
     const int flips = 1 + static_cast<int>(rng() % 4);
-    for (int i = 0; i < flips; ++i) b[rng() % header.size()] ^= static_cast<std::uint8_t>(1u << (rng() % 8));
+    for (int i = 0; i < flips; ++i)
+      b[rng() % header.size()] ^= static_cast<std::uint8_t>(1u << (rng() % 8));
     auto f = GgufFile::parse(b.data(), b.size(), "flipped.gguf");
     refused += !f.ok();
   }
@@ -200,7 +205,8 @@ TEST(Gguf, OpenReportsMissingAndNonGgufFiles) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(r.status().message().find("/nonexistent/model.gguf"), std::string::npos);
-  const std::string text = (std::filesystem::temp_directory_path() / "hearth_not_gguf.txt").string();
+  const std::string text =
+      (std::filesystem::temp_directory_path() / "hearth_not_gguf.txt").string();
   std::ofstream(text) << "this is a text file, not a model\n";
   r = GgufFile::open(text);
   ASSERT_FALSE(r.ok());

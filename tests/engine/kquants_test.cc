@@ -24,11 +24,12 @@ TEST(KQuants, Q4_KLayoutLowNibblesFirstThenHigh) {
   BlockQ4_K b{};
   b.d = kernels::f32_to_fp16(1.0f);
   b.dmin = kernels::f32_to_fp16(0.5f);
-  // Sub-block 0: scale 2, min 3; sub-block 1: scale 1, min 0; sub-block 5: scale 17 (needs the high bits).
+  // Sub-block 0: scale 2, min 3; sub-block 1: scale 1, min 0; sub-block 5: scale 17 (needs the high
+  // bits).
   b.scales[0] = 2;
   b.scales[4] = 3;
   b.scales[1] = 1;
-  b.scales[9] = 17 & 0xF;      // low 4 bits of sc[5] in q[9] low nibble
+  b.scales[9] = 17 & 0xF;         // low 4 bits of sc[5] in q[9] low nibble
   b.scales[1] |= (17 >> 4) << 6;  // high 2 bits of sc[5] in q[1] bits 6-7
   for (int l = 0; l < 32; ++l) b.qs[l] = static_cast<std::uint8_t>((l % 16) | (5 << 4));
   b.qs[64] = 0x30;  // sub-block 5 (elements 160..191) = high nibbles of qs[64..95]
@@ -44,7 +45,7 @@ TEST(KQuants, Q6_KLayout) {
   BlockQ6_K b{};
   b.d = kernels::f32_to_fp16(0.5f);
   for (int j = 0; j < 16; ++j) b.scales[j] = static_cast<std::int8_t>(j + 1);
-  b.ql[0] = 0x21;  // element 0 low nibble 1, element 64 low nibble 2
+  b.ql[0] = 0x21;                // element 0 low nibble 1, element 64 low nibble 2
   b.qh[0] = 0x02 | (0x01 << 4);  // element 0 high bits 2 (-> 33-32), element 64 high bits 1
   std::vector<float> y(256);
   dequantize_row_q6_k(&b, y.data(), 256);
@@ -62,19 +63,23 @@ TEST(KQuants, EncodersRoundTripWithinTheirStep) {
   quantize_row_q4_k(x.data(), q4.data(), n);
   dequantize_row_q4_k(q4.data(), y.data(), n);
   double err4 = 0;
-  for (std::size_t i = 0; i < n; ++i) err4 = std::max(err4, static_cast<double>(std::fabs(x[i] - y[i])));
+  for (std::size_t i = 0; i < n; ++i)
+    err4 = std::max(err4, static_cast<double>(std::fabs(x[i] - y[i])));
   std::vector<BlockQ5_K> q5(n / 256);
   quantize_row_q5_k(x.data(), q5.data(), n);
   dequantize_row_q5_k(q5.data(), y.data(), n);
   double err5 = 0;
-  for (std::size_t i = 0; i < n; ++i) err5 = std::max(err5, static_cast<double>(std::fabs(x[i] - y[i])));
+  for (std::size_t i = 0; i < n; ++i)
+    err5 = std::max(err5, static_cast<double>(std::fabs(x[i] - y[i])));
   std::vector<BlockQ6_K> q6(n / 256);
   quantize_row_q6_k(x.data(), q6.data(), n);
   dequantize_row_q6_k(q6.data(), y.data(), n);
   double err6 = 0;
-  for (std::size_t i = 0; i < n; ++i) err6 = std::max(err6, static_cast<double>(std::fabs(x[i] - y[i])));
+  for (std::size_t i = 0; i < n; ++i)
+    err6 = std::max(err6, static_cast<double>(std::fabs(x[i] - y[i])));
   // Unit-normal data spans about +-3.5 per sub-block: Q4 steps ~7/15 (~0.47), Q5 ~7/31, Q6 ~3.5/31.
-  // Rounding error is half a step plus the 6-bit scale/min rounding (at most one more step for the min).
+  // Rounding error is half a step plus the 6-bit scale/min rounding (at most one more step for the
+  // min).
   EXPECT_LT(err4, 0.6);
   EXPECT_LT(err5, 0.3);
   EXPECT_LT(err6, 0.1);

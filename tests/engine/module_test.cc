@@ -22,7 +22,8 @@ std::vector<std::int32_t> greedy(Module& m, std::vector<std::int32_t> prompt, in
   EXPECT_TRUE(logits.ok()) << logits.status();
   pos += prompt.size();
   for (int i = 0; i < n; ++i) {
-    const auto next = static_cast<std::int32_t>(std::max_element(logits->begin(), logits->end()) - logits->begin());
+    const auto next = static_cast<std::int32_t>(std::max_element(logits->begin(), logits->end()) -
+                                                logits->begin());
     out.push_back(next);
     thread_temp_allocator().reset();
     const std::int32_t tok[1] = {next};
@@ -35,14 +36,17 @@ std::vector<std::int32_t> greedy(Module& m, std::vector<std::int32_t> prompt, in
 
 const std::vector<std::int32_t> kOnceUponATime = {1, 403, 407, 261, 378};
 const std::vector<std::int32_t> kOnceExpected = {
-    432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337, 410, 408, 419, 292, 411, 322,
-    265, 282, 295, 433, 426, 385, 328, 432, 358, 394, 261, 370, 432, 352, 266, 268, 388, 426, 338, 391, 266, 267,
-    337, 335, 312, 432, 398, 312, 286, 267, 414, 270, 333, 415, 426, 13,  438, 310, 439, 419, 357, 336};
-const std::vector<std::int32_t> kLilyAndTom = {1, 317, 269, 274, 287, 263, 377, 267, 265, 282, 295, 433};
+    432, 383, 286, 261, 376, 298, 315, 421, 395, 317, 426, 338, 401, 396, 267, 337,
+    410, 408, 419, 292, 411, 322, 265, 282, 295, 433, 426, 385, 328, 432, 358, 394,
+    261, 370, 432, 352, 266, 268, 388, 426, 338, 391, 266, 267, 337, 335, 312, 432,
+    398, 312, 286, 267, 414, 270, 333, 415, 426, 13,  438, 310, 439, 419, 357, 336};
+const std::vector<std::int32_t> kLilyAndTom = {1,   317, 269, 274, 287, 263,
+                                               377, 267, 265, 282, 295, 433};
 const std::vector<std::int32_t> kLilyExpected = {
-    426, 342, 394, 261, 370, 268, 414, 444, 335, 261, 370, 268, 414, 444, 426, 342, 391, 266, 267, 337, 335, 312,
-    426, 342, 391, 266, 267, 337, 335, 265, 268, 414, 444, 426, 342, 391, 266, 267, 337, 335, 265, 268, 414, 444,
-    426, 13,  436, 438, 347, 433, 432, 392, 287, 443, 436, 317, 336, 426, 313, 438, 316, 439, 419, 298};
+    426, 342, 394, 261, 370, 268, 414, 444, 335, 261, 370, 268, 414, 444, 426, 342,
+    391, 266, 267, 337, 335, 312, 426, 342, 391, 266, 267, 337, 335, 265, 268, 414,
+    444, 426, 342, 391, 266, 267, 337, 335, 265, 268, 414, 444, 426, 13,  436, 438,
+    347, 433, 432, 392, 287, 443, 436, 317, 336, 426, 313, 438, 316, 439, 419, 298};
 
 class ModuleGreedy : public ::testing::TestWithParam<KvCacheType> {};
 
@@ -57,8 +61,11 @@ TEST_P(ModuleGreedy, Stories260KReproducesTheReferenceContinuations) {
   EXPECT_EQ(greedy(**m, kLilyAndTom, 64), kLilyExpected);
 }
 
-INSTANTIATE_TEST_SUITE_P(KvCaches, ModuleGreedy, ::testing::Values(KvCacheType::kInt8, KvCacheType::kFloat),
-                         [](const auto& info) { return std::string(kv_cache_type_name(info.param)); });
+INSTANTIATE_TEST_SUITE_P(KvCaches, ModuleGreedy,
+                         ::testing::Values(KvCacheType::kInt8, KvCacheType::kFloat),
+                         [](const auto& info) {
+                           return std::string(kv_cache_type_name(info.param));
+                         });
 
 }  // namespace
 }  // namespace hearth::engine

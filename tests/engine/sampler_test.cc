@@ -14,7 +14,8 @@
 namespace hearth::engine {
 namespace {
 
-std::int32_t draw(Sampler& s, const std::vector<float>& logits, const std::vector<std::int32_t>& history = {}) {
+std::int32_t draw(Sampler& s, const std::vector<float>& logits,
+                  const std::vector<std::int32_t>& history = {}) {
   CachingAllocator scratch;
   return s.sample(logits.data(), history, scratch);
 }
@@ -88,7 +89,8 @@ TEST(Sampler, TemperatureDrawFollowsTheSoftmax) {
 }
 
 TEST(Sampler, TopKTopPAndMinPTruncate) {
-  const std::vector<float> logits = {std::log(0.4f), std::log(0.3f), std::log(0.2f), std::log(0.1f)};
+  const std::vector<float> logits = {std::log(0.4f), std::log(0.3f), std::log(0.2f),
+                                     std::log(0.1f)};
   auto support = [&](SamplingParams p) {
     p.temperature = 1.0f;
     Sampler s(p, 4);
@@ -134,7 +136,8 @@ TEST(Sampler, ValidationNamesTheField) {
 
 TEST(Sampler, MakesNoHeapAllocationWithAWarmScratchAllocator) {
   std::vector<float> logits(32000);
-  for (std::size_t i = 0; i < logits.size(); ++i) logits[i] = std::cos(static_cast<float>(i) * 0.37f);
+  for (std::size_t i = 0; i < logits.size(); ++i)
+    logits[i] = std::cos(static_cast<float>(i) * 0.37f);
   SamplingParams p;
   p.temperature = 0.8f;
   p.top_k = 40;

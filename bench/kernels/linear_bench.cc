@@ -1,0 +1,251 @@
+// Linear layer benchmarks.
+//
+// Decode (GEMV, m = 1): memory-bound. Each iteration runs a different copy of
+// the weights, rotating over copies that total more than 1 GiB, so every call
+// streams its weights from DRAM; reported as GB/s of packed weight bytes and
+// as a fraction of the streaming read bandwidth measured in the same run.
+//
+// Prefill (GEMM, M = 128): compute-bound; GFLOP/s (2 M N K per forward) of
+// the quantized path on the best ISA against XNNPACK's f32 GEMM on the same
+// shape, and their ratio.
+//
+// Iteration counts are fixed (~0.5 s each): Google Benchmark calls a
+// benchmark function several times while it searches for an iteration count,
+// and every call would add a summary line; with a fixed count there is one.
+#include <benchmark/benchmark.h>
+
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "bench_support.h"
+#include "kernels/cpu_features.h"
+#include "kernels/gguf_blocks.h"
+#include "kernels/linear.h"
+#include "memory/caching_allocator.h"
+
+namespace hearth::bench {
+namespace {
+
+using kernels::Linear;
+
+constexpr std::size_t kRotateBytes = std::size_t{1} << 30;
+
+const char* format_name(Linear::Format f) {
+  return f == Linear::Format::kQ8_0 ? "q8_0" : f == Linear::Format::kQ4_0 ? "q4_0" : "f32";
+}
+
+std::vector<float> random_floats(std::size_t n, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
+
+absl::StatusOr<Linear> make_linear(Linear::Format format, std::size_t n_out, std::size_t n_in,
+                                   const std::vector<float>& w) {
+  const std::size_t blocks = n_out * n_in / 32;
+  if (format == Linear::Format::kQ8_0) {
+    std::vector<kernels::BlockQ8_0> q(blocks);
+    kernels::quantize_row_q8_0(w.data(), q.data(), n_out * n_in);
+    return Linear::from_q8_0(q.data(), n_out, n_in);
+  }
+  if (format == Linear::Format::kQ4_0) {
+    std::vector<kernels::BlockQ4_0> q(blocks);
+    kernels::quantize_row_q4_0(w.data(), q.data(), n_out * n_in);
+    return Linear::from_q4_0(q.data(), n_out, n_in);
+  }
+  return Linear::from_f32(w.data(), n_out, n_in);
+}
+
+// Copies of one weight matrix, kept between benchmarks of the same shape
+// (1 and 2 threads) and replaced when the shape changes, so at most one set
+// (~1 GiB) is alive.
+std::vector<Linear>& rotating_copies(Linear::Format format, std::size_t n_out, std::size_t n_in) {
+  static std::string key;
+  static std::vector<Linear> copies;
+  const std::string want =
+      std::string(format_name(format)) + std::to_string(n_out) + "x" + std::to_string(n_in);
+  if (key == want) return copies;
+  copies.clear();
+  key = want;
+  const std::vector<float> w = random_floats(n_out * n_in, 1);
+  const std::size_t blocks = n_out * n_in / 32;
+  std::vector<kernels::BlockQ8_0> q8;
+  std::vector<kernels::BlockQ4_0> q4;
+  if (format == Linear::Format::kQ8_0) {
+    q8.resize(blocks);
+    kernels::quantize_row_q8_0(w.data(), q8.data(), n_out * n_in);
+  } else {
+    q4.resize(blocks);
+    kernels::quantize_row_q4_0(w.data(), q4.data(), n_out * n_in);
+  }
+  std::size_t total = 0;
+  while (total < kRotateBytes + (kRotateBytes >> 3)) {
+    absl::StatusOr<Linear> l = format == Linear::Format::kQ8_0
+                                   ? Linear::from_q8_0(q8.data(), n_out, n_in)
+                                   : Linear::from_q4_0(q4.data(), n_out, n_in);
+    if (!l.ok()) std::abort();
+    total += l->weight_bytes();
+    copies.push_back(*std::move(l));
+  }
+  return copies;
+}
+
+std::string fmt(const char* f, double a, double b = 0, double c = 0) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, f, a, b, c);
+  return buf;
+}
+
+// Args: n_out, n_in, threads.
+template <Linear::Format kFormat>
+void BM_DecodeGemv(benchmark::State& state) {
+  const auto n_out = static_cast<std::size_t>(state.range(0));
+  const auto n_in = static_cast<std::size_t>(state.range(1));
+  const auto threads = static_cast<std::size_t>(state.range(2));
+  std::vector<Linear>& copies = rotating_copies(kFormat, n_out, n_in);
+  kernels::ThreadPool& pool = bench_pool(threads);
+  const std::vector<float> x = random_floats(n_in, 2);
+  std::vector<float> y(n_out);
+  CachingAllocator scratch;
+  std::size_t i = 0;
+  if (!copies[0].forward(x.data(), 1, y.data(), scratch, &pool).ok()) std::abort();  // warm-up
+  scratch.reset();
+  Stopwatch sw;
+  for (auto _ : state) {
+    const absl::Status s = copies[i].forward(x.data(), 1, y.data(), scratch, &pool);
+    if (!s.ok()) state.SkipWithError(std::string(s.message()).c_str());
+    scratch.reset();
+    if (++i == copies.size()) i = 0;
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  const double seconds = sw.seconds() / static_cast<double>(state.iterations());
+  const double bytes = static_cast<double>(copies[0].weight_bytes());
+  set_bandwidth_counters(state, bytes, threads);
+  const double gbps = bytes / seconds / 1e9;
+  summary(std::string("decode GEMV ") + format_name(kFormat) + " " + std::to_string(n_out) + "x" +
+              std::to_string(n_in),
+          std::to_string(threads) + (threads == 1 ? " thread" : " threads"),
+          fmt("%.1f GB/s = %.0f%% of bw (%.0f us)", gbps, 100 * gbps / stream_read_gbps(threads),
+              seconds * 1e6));
+}
+
+BENCHMARK_TEMPLATE(BM_DecodeGemv, Linear::Format::kQ8_0)
+    ->ArgNames({"n_out", "n_in", "threads"})
+    ->Args({4096, 4096, 1})
+    ->Args({4096, 4096, 2})
+    ->Iterations(256)
+    ->UseRealTime();
+BENCHMARK_TEMPLATE(BM_DecodeGemv, Linear::Format::kQ8_0)
+    ->ArgNames({"n_out", "n_in", "threads"})
+    ->Args({11008, 4096, 1})
+    ->Args({11008, 4096, 2})
+    ->Iterations(128)
+    ->UseRealTime();
+BENCHMARK_TEMPLATE(BM_DecodeGemv, Linear::Format::kQ4_0)
+    ->ArgNames({"n_out", "n_in", "threads"})
+    ->Args({4096, 4096, 1})
+    ->Args({4096, 4096, 2})
+    ->Iterations(256)
+    ->UseRealTime();
+BENCHMARK_TEMPLATE(BM_DecodeGemv, Linear::Format::kQ4_0)
+    ->ArgNames({"n_out", "n_in", "threads"})
+    ->Args({11008, 4096, 1})
+    ->Args({11008, 4096, 2})
+    ->Iterations(128)
+    ->UseRealTime();
+
+// GFLOP/s of the prefill benchmarks of this run, by name, for the ratio line.
+std::map<std::string, double>& prefill_results() {
+  static std::map<std::string, double> r;
+  return r;
+}
+
+void add_ratio_if_complete() {
+  auto& r = prefill_results();
+  const auto f32 = r.find("f32");
+  if (f32 == r.end()) return;
+  for (const auto& [name, gflops] : r) {
+    if (name == "f32" || name.find("ratio") != std::string::npos) continue;
+    if (r.count(name + " ratio")) continue;
+    r[name + " ratio"] = gflops / f32->second;
+    summary("prefill GEMM " + name + " / xnnpack f32", "M=128 2 thr",
+            fmt("%.2fx (target >= 2x)", gflops / f32->second));
+  }
+}
+
+// Args: M, n_out, n_in, threads, activation quant (0 per group, 1 per token).
+template <Linear::Format kFormat>
+void BM_PrefillGemm(benchmark::State& state) {
+  const auto m = static_cast<std::size_t>(state.range(0));
+  const auto n_out = static_cast<std::size_t>(state.range(1));
+  const auto n_in = static_cast<std::size_t>(state.range(2));
+  const auto threads = static_cast<std::size_t>(state.range(3));
+  const auto aq = state.range(4) == 0 ? Linear::ActivationQuant::kPerGroup32
+                                      : Linear::ActivationQuant::kPerToken;
+  absl::StatusOr<Linear> l = make_linear(kFormat, n_out, n_in, random_floats(n_out * n_in, 3));
+  if (!l.ok()) {
+    state.SkipWithError(std::string(l.status().message()).c_str());
+    return;
+  }
+  kernels::ThreadPool& pool = bench_pool(threads);
+  const std::vector<float> x = random_floats(m * n_in, 4);
+  std::vector<float> y(m * n_out);
+  CachingAllocator scratch;
+  if (!l->forward(x.data(), m, y.data(), scratch, &pool, aq).ok()) std::abort();  // warm-up
+  scratch.reset();
+  Stopwatch sw;
+  for (auto _ : state) {
+    const absl::Status s = l->forward(x.data(), m, y.data(), scratch, &pool, aq);
+    if (!s.ok()) state.SkipWithError(std::string(s.message()).c_str());
+    scratch.reset();
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  const double seconds = sw.seconds() / static_cast<double>(state.iterations());
+  const double flops = 2.0 * static_cast<double>(m * n_out * n_in);
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(flops / 1e9, benchmark::Counter::kIsIterationInvariantRate);
+  const double gflops = flops / seconds / 1e9;
+  std::string name = format_name(kFormat);
+  if (kFormat != Linear::Format::kF32) {
+    name += std::string(aq == Linear::ActivationQuant::kPerGroup32 ? " per-group" : " per-token") +
+            " (" + kernels::isa_name(kernels::best_isa()) + ")";
+  }
+  summary("prefill GEMM " + name + " " + std::to_string(n_out) + "x" + std::to_string(n_in),
+          "M=" + std::to_string(m) + " " + std::to_string(threads) + " thr",
+          fmt("%.0f GFLOP/s (%.1f ms)", gflops, seconds * 1e3));
+  if (m == 128 && n_out == 4096 && n_in == 4096 && threads == 2) {
+    prefill_results()[name] = gflops;
+    add_ratio_if_complete();
+  }
+}
+
+BENCHMARK_TEMPLATE(BM_PrefillGemm, Linear::Format::kF32)
+    ->ArgNames({"M", "n_out", "n_in", "threads", "aq"})
+    ->Args({128, 4096, 4096, 2, 0})
+    ->Iterations(8)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_PrefillGemm, Linear::Format::kQ8_0)
+    ->ArgNames({"M", "n_out", "n_in", "threads", "aq"})
+    ->Args({128, 4096, 4096, 2, 0})
+    ->Args({128, 4096, 4096, 2, 1})
+    ->Iterations(32)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_TEMPLATE(BM_PrefillGemm, Linear::Format::kQ4_0)
+    ->ArgNames({"M", "n_out", "n_in", "threads", "aq"})
+    ->Args({128, 4096, 4096, 2, 0})
+    ->Iterations(32)
+    ->UseRealTime()
+    ->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace hearth::bench

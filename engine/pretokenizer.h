@@ -1,0 +1,85 @@
+// Pre-tokenizers for byte-level BPE ("gpt2") vocabularies: split text into the
+// words that BPE merges never cross, as named by `tokenizer.ggml.pre`.
+//
+// Each model family's Hugging Face tokenizer splits with one or more regexes
+// applied in sequence: every regex splits each piece left by the previous one
+// into its matches and the unmatched text between them (both kept, in order;
+// lookaheads and `$` see only the current piece). The regexes are implemented
+// here as hand-written matchers over Unicode categories (engine/unicode.h),
+// not with a regex engine, following the rule lists llama.cpp uses for the
+// same names:
+//
+//   gpt2        's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
+//   llama3      (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}
+//               | ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
+//   qwen2       llama3 with \p{N} (single digits) instead of \p{N}{1,3}
+//   starcoder   \p{N}  then gpt2
+//   falcon      [\p{P}\$\+<=>\^~\|`]+  then gpt2  then [0-9][0-9][0-9]
+//   deepseek-coder  [\r\n]  then \s?\p{L}+  then \s?\p{P}+  then [一-龥ࠀ-一가-퟿]+  then
+//   \p{N} deepseek-llm    [\r\n]  then \s?[cased letters]+  then \s?[!-/:-~！-／：-～‘-‟　-。]+
+//                   then \s+$  then [一-龥ࠀ-一가-퟿]+  then \p{N}+
+//
+// \s is the Unicode White_Space property. Bytes that are not well-formed UTF-8
+// are kept (each ill-formed sequence is one pseudo-character of no letter,
+// number, punctuation or space class), so splitting never fails and the words
+// always cover the input exactly.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+
+namespace hearth::engine {
+
+enum class PreTokenizerRules {
+  kGpt2,
+  kLlama3,
+  kQwen2,
+  kStarcoder,
+  kFalcon,
+  kDeepseekCoder,
+  kDeepseekLlm,
+};
+
+// A word: bytes [begin, end) of the split text.
+struct WordSpan {
+  std::size_t begin = 0;
+  std::size_t end = 0;
+};
+
+class PreTokenizer {
+ public:
+  // The pre-tokenizer for a `tokenizer.ggml.pre` value. Accepted names:
+  //   gpt2 rules:      "" (key absent), "default", "gpt-2", "mpt", "phi-2", "olmo"
+  //   llama3 rules:    "llama-bpe", "llama3", "llama-v3"
+  //   qwen2 rules:     "qwen2", "deepseek-r1-qwen", "stablelm2"
+  //   starcoder rules: "starcoder", "refact", "command-r", "smollm", "codeshell", "exaone"
+  //   "falcon", "deepseek-coder", "deepseek-llm"
+  // "default"/absent use the gpt2 rules, which is what GPT-2-style tokenizers
+  // without a recorded pre-tokenizer (e.g. GPT-NeoX's) actually do; llama.cpp
+  // uses a different fallback there. Any other name is InvalidArgument naming it.
+  static absl::StatusOr<PreTokenizer> for_name(std::string_view pre);
+  explicit PreTokenizer(PreTokenizerRules rules) : rules_(rules) {}
+
+  PreTokenizerRules rules() const { return rules_; }
+  // Llama 3 tokenizers skip the merges for a word that is itself a token
+  // (Hugging Face's `ignore_merges`).
+  bool ignore_merges() const { return rules_ == PreTokenizerRules::kLlama3; }
+  // Whether these models add BOS when `tokenizer.ggml.add_bos_token` is absent
+  // (llama.cpp's per-pre-tokenizer defaults: only Llama 3 does).
+  bool add_bos_default() const { return rules_ == PreTokenizerRules::kLlama3; }
+
+  // Splits `text` (any bytes) into words that cover it in order; empty words
+  // are never produced. Replaces the contents of `words`.
+  void split(std::string_view text, std::vector<WordSpan>& words) const;
+  // Convenience for tests: the words as strings.
+  std::vector<std::string> split(std::string_view text) const;
+
+ private:
+  PreTokenizerRules rules_;
+};
+
+}  // namespace hearth::engine

@@ -1,0 +1,75 @@
+#include "kernels/embedding.h"
+
+#include <cstdint>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/block_ops.h"
+#include "kernels/block_ops_impl.h"
+#include "kernels/gguf_blocks.h"
+
+namespace hearth::kernels {
+
+absl::Status embedding_lookup(const void* table, DType type, std::size_t vocab, std::size_t dim,
+                              const std::int32_t* ids, std::size_t n, float* out,
+                              ThreadPool* pool) {
+  if (n == 0) return absl::OkStatus();
+  if (table == nullptr || ids == nullptr || out == nullptr)
+    return absl::InvalidArgumentError(absl::StrCat("embedding_lookup: null ",
+                                                   table == nullptr ? "table"
+                                                   : ids == nullptr ? "ids"
+                                                                    : "out",
+                                                   " with n = ", n));
+  if (type != DType::kF32 && type != DType::kF16 && type != DType::kBF16 && type != DType::kQ8_0 &&
+      type != DType::kQ4_0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("embedding_lookup: unknown table type ", static_cast<int>(type)));
+  if (type != DType::kF32 && reinterpret_cast<std::uintptr_t>(table) % 2 != 0)
+    return absl::InvalidArgumentError(
+        absl::StrCat("embedding_lookup: ", dtype_name(type), " table at an odd address"));
+  if (dim == 0) return absl::InvalidArgumentError("embedding_lookup: dim is 0");
+  if ((type == DType::kQ8_0 || type == DType::kQ4_0) && dim % kQuantGroup != 0)
+    return absl::InvalidArgumentError(absl::StrCat("embedding_lookup: dim = ", dim,
+                                                   " is not a multiple of ", kQuantGroup, " for a ",
+                                                   dtype_name(type), " table"));
+  for (std::size_t t = 0; t < n; ++t) {
+    if (ids[t] < 0 || static_cast<std::size_t>(ids[t]) >= vocab)
+      return absl::OutOfRangeError(absl::StrCat("embedding_lookup: ids[", t, "] = ", ids[t],
+                                                " is outside the vocabulary [0, ", vocab, ")"));
+  }
+
+  const internal::BlockOpsKernels& k = internal::block_ops_kernels();
+  const std::size_t stride = row_bytes(type, dim);
+  const auto* base = static_cast<const std::byte*>(table);
+  auto rows = [&](std::size_t b, std::size_t e) {
+    for (std::size_t t = b; t < e; ++t) {
+      const std::byte* row = base + static_cast<std::size_t>(ids[t]) * stride;
+      float* y = out + t * dim;
+      switch (type) {
+        case DType::kF32:
+          std::memcpy(y, row, dim * sizeof(float));
+          break;
+        case DType::kF16:
+          k.dequant_f16(reinterpret_cast<const std::uint16_t*>(row), y, dim);
+          break;
+        case DType::kBF16:
+          k.dequant_bf16(reinterpret_cast<const std::uint16_t*>(row), y, dim);
+          break;
+        case DType::kQ8_0:
+          k.dequant_q8_0(reinterpret_cast<const BlockQ8_0*>(row), y, dim);
+          break;
+        case DType::kQ4_0:
+          k.dequant_q4_0(reinterpret_cast<const BlockQ4_0*>(row), y, dim);
+          break;
+      }
+    }
+  };
+  if (pool == nullptr || pool->threads() <= 1 || n < 2 || n * dim < kBlockOpsParallelMinElements) {
+    rows(0, n);
+  } else {
+    pool->parallel_for(n, (kBlockOpsParallelMinElements + dim - 1) / dim, rows);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace hearth::kernels

@@ -1,0 +1,190 @@
+#include "kernels/kv_cache.h"
+
+#include <cmath>
+#include <cstring>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu_features.h"
+#include "kernels/sdpa_impl.h"
+
+namespace hearth::kernels {
+namespace {
+
+constexpr std::size_t kAlign = 64;
+
+// a * b + c in *out; false on overflow.
+bool mul_add(std::size_t a, std::size_t b, std::size_t c, std::size_t* out) {
+  std::size_t p = 0;
+  return !__builtin_mul_overflow(a, b, &p) && !__builtin_add_overflow(p, c, out);
+}
+
+// Round up to kAlign; false on overflow.
+bool align_up(std::size_t x, std::size_t* out) {
+  if (x > SIZE_MAX - (kAlign - 1)) return false;
+  *out = (x + kAlign - 1) & ~(kAlign - 1);
+  return true;
+}
+
+// Byte offsets of the arrays of one layer's cache; false on overflow.
+struct Offsets {
+  std::size_t k = 0, v = 0, k_scale = 0, v_scale = 0, total = 0;
+};
+
+bool offsets(const KvLayout& l, std::size_t elem_bytes, bool scales, Offsets* o) {
+  std::size_t rows = 0, data = 0, scale_bytes = 0;
+  if (!mul_add(l.n_kv_heads, l.max_seq, 0, &rows)) return false;
+  if (!mul_add(rows, l.head_dim, 0, &data) || !mul_add(data, elem_bytes, 0, &data)) return false;
+  if (!align_up(data, &data)) return false;
+  if (scales &&
+      (!mul_add(rows, sizeof(float), 0, &scale_bytes) || !align_up(scale_bytes, &scale_bytes)))
+    return false;
+  o->k = 0;
+  o->v = data;
+  if (!mul_add(data, 2, 0, &o->k_scale)) return false;
+  if (!mul_add(scale_bytes, 1, o->k_scale, &o->v_scale)) return false;
+  return mul_add(scale_bytes, 1, o->v_scale, &o->total);
+}
+
+using QuantizeRowFn = float (*)(const float*, std::size_t, std::int8_t*);
+
+QuantizeRowFn quantize_row_fn() {
+  switch (active_isa()) {
+    case Isa::kAvx512:
+    case Isa::kAvx512Vnni:
+      return sdpa_detail::quantize_kv_row_avx512;
+    case Isa::kAvx2:
+      return sdpa_detail::quantize_kv_row_avx2;
+    case Isa::kScalar:
+      break;
+  }
+  return sdpa_detail::quantize_kv_row_scalar;
+}
+
+absl::Status check_append(const KvLayout& layout, std::size_t pos, const float* k_new,
+                          const float* v_new, std::size_t n_tokens, bool null_cache) {
+  if (absl::Status s = validate_kv_layout(layout); !s.ok()) return s;
+  if (null_cache) return absl::InvalidArgumentError("kv_append: the KV view has a null array");
+  if (n_tokens > 0 && (k_new == nullptr || v_new == nullptr))
+    return absl::InvalidArgumentError(
+        absl::StrCat("kv_append: k_new/v_new is null with n_tokens ", n_tokens));
+  if (pos > layout.max_seq || n_tokens > layout.max_seq - pos)
+    return absl::OutOfRangeError(absl::StrCat("kv_append: pos ", pos, " + n_tokens ", n_tokens,
+                                              " exceeds max_seq ", layout.max_seq));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+namespace sdpa_detail {
+
+float quantize_kv_row_scalar(const float* x, std::size_t n, std::int8_t* q) {
+  float amax = 0.0f;
+  for (std::size_t i = 0; i < n; ++i) amax = std::fmax(amax, std::fabs(x[i]));
+  if (amax == 0.0f) {
+    std::memset(q, 0, n);
+    return 0.0f;
+  }
+  // Multiplying by 127 / amax (not dividing by the scale) is what the SIMD
+  // paths do; the same operations make every path bit-identical.
+  const float inv = 127.0f / amax;
+  for (std::size_t i = 0; i < n; ++i) {
+    // nearbyint rounds half to even, as the SIMD conversions do; the clamp
+    // keeps the cast defined for any input.
+    const float r = std::nearbyint(x[i] * inv);
+    q[i] = static_cast<std::int8_t>(std::fmax(-127.0f, std::fmin(127.0f, r)));
+  }
+  return amax / 127.0f;
+}
+
+}  // namespace sdpa_detail
+
+absl::Status validate_kv_layout(const KvLayout& layout) {
+  if (layout.n_kv_heads == 0) return absl::InvalidArgumentError("KvLayout.n_kv_heads is 0");
+  if (layout.head_dim == 0) return absl::InvalidArgumentError("KvLayout.head_dim is 0");
+  if (layout.max_seq == 0) return absl::InvalidArgumentError("KvLayout.max_seq is 0");
+  Offsets o;
+  if (!offsets(layout, sizeof(float), true, &o))
+    return absl::InvalidArgumentError(absl::StrCat("KvLayout: n_kv_heads ", layout.n_kv_heads,
+                                                   " x max_seq ", layout.max_seq, " x head_dim ",
+                                                   layout.head_dim, " overflows size_t"));
+  return absl::OkStatus();
+}
+
+std::size_t quantized_kv_bytes(const KvLayout& layout) {
+  Offsets o;
+  if (!validate_kv_layout(layout).ok() || !offsets(layout, 1, true, &o)) return 0;
+  return o.total;
+}
+
+std::size_t float_kv_bytes(const KvLayout& layout) {
+  Offsets o;
+  if (!validate_kv_layout(layout).ok() || !offsets(layout, sizeof(float), false, &o)) return 0;
+  return o.total;
+}
+
+QuantizedKvView quantized_kv_view(const KvLayout& layout, void* memory) {
+  Offsets o;
+  offsets(layout, 1, true, &o);
+  auto* base = static_cast<std::byte*>(memory);
+  QuantizedKvView view;
+  view.layout = layout;
+  view.k = reinterpret_cast<std::int8_t*>(base + o.k);
+  view.v = reinterpret_cast<std::int8_t*>(base + o.v);
+  view.k_scale = reinterpret_cast<float*>(base + o.k_scale);
+  view.v_scale = reinterpret_cast<float*>(base + o.v_scale);
+  return view;
+}
+
+FloatKvView float_kv_view(const KvLayout& layout, void* memory) {
+  Offsets o;
+  offsets(layout, sizeof(float), false, &o);
+  auto* base = static_cast<std::byte*>(memory);
+  FloatKvView view;
+  view.layout = layout;
+  view.k = reinterpret_cast<float*>(base + o.k);
+  view.v = reinterpret_cast<float*>(base + o.v);
+  return view;
+}
+
+float quantize_kv_row(const float* x, std::size_t n, std::int8_t* q) {
+  return quantize_row_fn()(x, n, q);
+}
+
+absl::Status kv_append(const QuantizedKvView& kv, std::size_t pos, const float* k_new,
+                       const float* v_new, std::size_t n_tokens) {
+  const KvLayout& l = kv.layout;
+  const bool null_cache =
+      kv.k == nullptr || kv.v == nullptr || kv.k_scale == nullptr || kv.v_scale == nullptr;
+  if (absl::Status s = check_append(l, pos, k_new, v_new, n_tokens, null_cache); !s.ok()) return s;
+  const QuantizeRowFn quantize = quantize_row_fn();
+  const std::size_t stride = l.n_kv_heads * l.head_dim;
+  for (std::size_t t = 0; t < n_tokens; ++t) {
+    for (std::size_t h = 0; h < l.n_kv_heads; ++h) {
+      const std::size_t row = h * l.max_seq + pos + t;
+      const std::size_t src = t * stride + h * l.head_dim;
+      kv.k_scale[row] = quantize(k_new + src, l.head_dim, kv.k + row * l.head_dim);
+      kv.v_scale[row] = quantize(v_new + src, l.head_dim, kv.v + row * l.head_dim);
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status kv_append(const FloatKvView& kv, std::size_t pos, const float* k_new,
+                       const float* v_new, std::size_t n_tokens) {
+  const KvLayout& l = kv.layout;
+  const bool null_cache = kv.k == nullptr || kv.v == nullptr;
+  if (absl::Status s = check_append(l, pos, k_new, v_new, n_tokens, null_cache); !s.ok()) return s;
+  const std::size_t stride = l.n_kv_heads * l.head_dim;
+  const std::size_t row_bytes = l.head_dim * sizeof(float);
+  for (std::size_t t = 0; t < n_tokens; ++t) {
+    for (std::size_t h = 0; h < l.n_kv_heads; ++h) {
+      const std::size_t row = h * l.max_seq + pos + t;
+      const std::size_t src = t * stride + h * l.head_dim;
+      std::memcpy(kv.k + row * l.head_dim, k_new + src, row_bytes);
+      std::memcpy(kv.v + row * l.head_dim, v_new + src, row_bytes);
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace hearth::kernels

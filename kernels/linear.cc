@@ -1,0 +1,237 @@
+#include "kernels/linear.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu_features.h"
+#include "kernels/fp16.h"
+#include "kernels/linear_impl.h"
+
+namespace hearth::kernels {
+
+using linear_internal::kGroupRows;
+using linear_internal::kQ4BlockBytes;
+using linear_internal::kQ8BlockBytes;
+using linear_internal::kScaleBytes;
+
+namespace {
+
+// Below this many multiply-adds a forward runs on the calling thread: waking
+// the pool costs a few microseconds, about what ~1M int8 MACs take.
+constexpr std::size_t kMinParallelMacs = std::size_t{1} << 20;
+// Activation quantization goes to the pool from this many inputs (~50 us).
+constexpr std::size_t kMinParallelQuantize = std::size_t{1} << 16;
+// From this many tokens the matmul is a GEMM: threads split the tokens when
+// there are too few row groups to split.
+constexpr std::size_t kGemmTokens = 8;
+
+std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
+
+struct Kernels {
+  std::size_t tile_tokens;  // the activation layout the matmuls read
+  linear_internal::QuantizeFn quantize;
+  linear_internal::MatmulFn q8_0;
+  linear_internal::MatmulFn q4_0;
+};
+
+Kernels kernels_for(Isa isa) {
+  using namespace linear_internal;
+  switch (isa) {
+    case Isa::kAvx512Vnni:
+      return {kTileTokensAvx512Vnni, quantize_activations_avx512, matmul_q8_0_avx512vnni,
+              matmul_q4_0_avx512vnni};
+    case Isa::kAvx512:
+      return {kTileTokensAvx512, quantize_activations_avx512, matmul_q8_0_avx512,
+              matmul_q4_0_avx512};
+    case Isa::kAvx2:
+      return {kTileTokensAvx2, quantize_activations_avx2, matmul_q8_0_avx2, matmul_q4_0_avx2};
+    case Isa::kScalar:
+      break;
+  }
+  return {kTileTokensScalar, quantize_activations_scalar, matmul_q8_0_scalar, matmul_q4_0_scalar};
+}
+
+absl::Status check_shape(std::size_t n_out, std::size_t n_in, bool quantized) {
+  if (n_out == 0) return absl::InvalidArgumentError("Linear: n_out must be positive, got 0");
+  if (n_in == 0) return absl::InvalidArgumentError("Linear: n_in must be positive, got 0");
+  if (quantized && n_in % kQuantGroup != 0)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Linear: n_in must be a multiple of 32 for quantized weights, got n_in=", n_in));
+  std::size_t elems = 0;
+  if (!MemoryAllocator::checked_mul(n_out, n_in, &elems) || elems > (std::size_t{1} << 40))
+    return absl::InvalidArgumentError(
+        absl::StrCat("Linear: n_out x n_in is too large: ", n_out, " x ", n_in));
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void linear_internal::AlignedFree::operator()(std::uint8_t* p) const noexcept { std::free(p); }
+
+Linear::Linear(Linear&&) noexcept = default;
+Linear& Linear::operator=(Linear&&) noexcept = default;
+Linear::~Linear() = default;
+
+std::size_t Linear::weight_bytes() const noexcept {
+  if (format_ == Format::kF32) return n_out_ * (n_in_ + 1) * sizeof(float);
+  return groups_ * group_stride_;
+}
+
+absl::StatusOr<Linear> Linear::allocate_packed(Format format, std::size_t n_out, std::size_t n_in) {
+  Linear l;
+  l.format_ = format;
+  l.n_in_ = n_in;
+  l.n_out_ = n_out;
+  const std::size_t blocks = n_in / kQuantGroup;
+  const std::size_t block_bytes = format == Format::kQ8_0 ? kQ8BlockBytes : kQ4BlockBytes;
+  l.groups_ = (n_out + kGroupRows - 1) / kGroupRows;
+  l.scales_offset_ = blocks * block_bytes;  // block_bytes is a multiple of 64
+  l.group_stride_ = l.scales_offset_ + round_up(blocks * kScaleBytes, 64);
+  const std::size_t bytes = l.groups_ * l.group_stride_;
+  l.packed_.reset(static_cast<std::uint8_t*>(std::aligned_alloc(64, bytes)));
+  if (l.packed_ == nullptr)
+    return absl::ResourceExhaustedError(
+        absl::StrCat("Linear: cannot allocate ", bytes, " bytes of packed weights"));
+  // Padding rows and blocks: w = 0 (the stored bias value), scale 0.
+  const std::uint8_t zero_w = format == Format::kQ8_0 ? 0x80 : 0x88;
+  for (std::size_t g = 0; g < l.groups_; ++g) {
+    std::uint8_t* group = l.packed_.get() + g * l.group_stride_;
+    std::memset(group, zero_w, l.scales_offset_);
+    std::memset(group + l.scales_offset_, 0, l.group_stride_ - l.scales_offset_);
+  }
+  return l;
+}
+
+absl::StatusOr<Linear> Linear::from_q8_0(const BlockQ8_0* w, std::size_t n_out, std::size_t n_in) {
+  if (absl::Status s = check_shape(n_out, n_in, true); !s.ok()) return s;
+  if (w == nullptr) return absl::InvalidArgumentError("Linear::from_q8_0: w is null");
+  absl::StatusOr<Linear> l = allocate_packed(Format::kQ8_0, n_out, n_in);
+  if (!l.ok()) return l.status();
+  const std::size_t blocks = n_in / kQuantGroup;
+  for (std::size_t row = 0; row < n_out; ++row) {
+    const std::size_t r = row % kGroupRows;
+    std::uint8_t* group = l->packed_.get() + row / kGroupRows * l->group_stride_;
+    for (std::size_t b = 0; b < blocks; ++b) {
+      const BlockQ8_0& src = w[row * blocks + b];
+      std::uint8_t* dst = group + b * kQ8BlockBytes + r * 4;
+      for (std::size_t s = 0; s < 8; ++s)
+        for (std::size_t j = 0; j < 4; ++j)
+          dst[s * 64 + j] = static_cast<std::uint8_t>(src.qs[4 * s + j]) ^ 0x80;  // w + 128
+      std::memcpy(group + l->scales_offset_ + b * kScaleBytes + 2 * r, &src.d, 2);
+    }
+  }
+  return l;
+}
+
+absl::StatusOr<Linear> Linear::from_q4_0(const BlockQ4_0* w, std::size_t n_out, std::size_t n_in) {
+  if (absl::Status s = check_shape(n_out, n_in, true); !s.ok()) return s;
+  if (w == nullptr) return absl::InvalidArgumentError("Linear::from_q4_0: w is null");
+  absl::StatusOr<Linear> l = allocate_packed(Format::kQ4_0, n_out, n_in);
+  if (!l.ok()) return l.status();
+  const std::size_t blocks = n_in / kQuantGroup;
+  for (std::size_t row = 0; row < n_out; ++row) {
+    const std::size_t r = row % kGroupRows;
+    std::uint8_t* group = l->packed_.get() + row / kGroupRows * l->group_stride_;
+    for (std::size_t b = 0; b < blocks; ++b) {
+      const BlockQ4_0& src = w[row * blocks + b];
+      std::uint8_t* dst = group + b * kQ4BlockBytes + r * 4;
+      for (std::size_t c = 0; c < 4; ++c) std::memcpy(dst + c * 64, src.qs + 4 * c, 4);
+      std::memcpy(group + l->scales_offset_ + b * kScaleBytes + 2 * r, &src.d, 2);
+    }
+  }
+  return l;
+}
+
+absl::StatusOr<Linear> Linear::from_f32(const float* w, std::size_t n_out, std::size_t n_in) {
+  if (absl::Status s = check_shape(n_out, n_in, false); !s.ok()) return s;
+  if (w == nullptr) return absl::InvalidArgumentError("Linear::from_f32: w is null");
+  Linear l;
+  l.format_ = Format::kF32;
+  l.n_in_ = n_in;
+  l.n_out_ = n_out;
+  l.xnn_ = std::make_unique<linear_internal::XnnpackFullyConnected>();
+  if (absl::Status s = linear_internal::xnnpack_create(w, n_out, n_in, *l.xnn_); !s.ok()) return s;
+  return l;
+}
+
+absl::StatusOr<Linear> Linear::from_f16(const std::uint16_t* w, std::size_t n_out,
+                                        std::size_t n_in) {
+  if (absl::Status s = check_shape(n_out, n_in, false); !s.ok()) return s;
+  if (w == nullptr) return absl::InvalidArgumentError("Linear::from_f16: w is null");
+  std::vector<float> f(n_out * n_in);
+  for (std::size_t i = 0; i < f.size(); ++i) f[i] = fp16_to_f32(w[i]);
+  return from_f32(f.data(), n_out, n_in);
+}
+
+absl::Status Linear::forward(const float* x, std::size_t m, float* y, MemoryAllocator& scratch,
+                             ThreadPool* pool, ActivationQuant aq) const {
+  if (m == 0) return absl::OkStatus();
+  if (x == nullptr || y == nullptr)
+    return absl::InvalidArgumentError("Linear::forward: x and y must not be null");
+  const std::size_t threads = pool != nullptr ? pool->threads() : 1;
+
+  if (format_ == Format::kF32) {
+    return linear_internal::xnnpack_run(*xnn_, x, m, y, threads > 1 ? pool->handle() : nullptr);
+  }
+
+  // Quantize the activations into scratch, in the token tiles the ISA's
+  // kernels read (kernels/linear_impl.h).
+  const Kernels k = kernels_for(active_isa());
+  const std::size_t blocks = n_in_ / kQuantGroup;
+  linear_internal::QuantizedActivations a{};
+  a.m = m;
+  a.blocks = blocks;
+  a.tile_tokens = k.tile_tokens;
+  a.q_tile_stride = round_up(k.tile_tokens * n_in_, 64);
+  a.per_token = aq == ActivationQuant::kPerToken;
+  const std::size_t tiles = (m + k.tile_tokens - 1) / k.tile_tokens;
+  std::size_t q_bytes = 0, meta = 0;
+  if (MemoryAllocator::checked_mul(tiles, a.q_tile_stride, &q_bytes) &&
+      MemoryAllocator::checked_mul(m, blocks, &meta)) {
+    a.q = scratch.allocate_array<std::int8_t>(q_bytes);
+    a.d = scratch.allocate_array<float>(a.per_token ? m : meta);
+    a.bias = scratch.allocate_array<std::int32_t>(meta);
+  }
+  if (a.q == nullptr || a.d == nullptr || a.bias == nullptr)
+    return absl::ResourceExhaustedError(
+        absl::StrCat("Linear::forward: cannot allocate the quantized activations (m=", m,
+                     ", n_in=", n_in_, ") from scratch"));
+
+  const bool q8 = format_ == Format::kQ8_0;
+  const std::int32_t bias_c = q8 ? linear_internal::kQ8Bias : linear_internal::kQ4Bias;
+  if (threads > 1 && m > 1 && m * n_in_ >= kMinParallelQuantize) {
+    pool->parallel_for(m, 1,
+                       [&](std::size_t t0, std::size_t t1) { k.quantize(x, t0, t1, bias_c, a); });
+  } else {
+    k.quantize(x, 0, m, bias_c, a);
+  }
+
+  const linear_internal::PackedWeights w{packed_.get(), group_stride_, scales_offset_, blocks,
+                                         n_out_};
+  const linear_internal::MatmulFn matmul = q8 ? k.q8_0 : k.q4_0;
+  if (threads <= 1 || m * n_out_ * n_in_ < kMinParallelMacs) {
+    matmul(w, a, 0, groups_, 0, m, y, n_out_);
+    return absl::OkStatus();
+  }
+  // Threads split the outputs, never the sum over n_in, so results do not
+  // depend on the thread count. Chunks are whole register tiles: 4 row groups
+  // for one token (the GEMV tile), 2 otherwise; whole token tiles.
+  const std::size_t unit = m == 1 ? 4 : 2;
+  const std::size_t units = (groups_ + unit - 1) / unit;
+  if (m < kGemmTokens || units >= 2 * threads) {
+    pool->parallel_for(units, 1, [&](std::size_t u0, std::size_t u1) {
+      const std::size_t g1 = u1 * unit < groups_ ? u1 * unit : groups_;
+      matmul(w, a, u0 * unit, g1, 0, m, y, n_out_);
+    });
+  } else {
+    const std::size_t tt = k.tile_tokens;
+    pool->parallel_for(tiles, 1, [&](std::size_t p0, std::size_t p1) {
+      matmul(w, a, 0, groups_, p0 * tt, p1 * tt < m ? p1 * tt : m, y, n_out_);
+    });
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace hearth::kernels

@@ -1,0 +1,137 @@
+// Linear layers: y = x W^T, for weights in GGUF Q8_0 or Q4_0 blocks (integer
+// dot products on activations quantized to int8 on the fly) or in float
+// (through XNNPACK).
+//
+// Shapes: W has n_out rows of n_in weights (GGUF row-major, one row per output
+// feature); x is m tokens x n_in floats, row-major; y is m x n_out floats,
+// row-major. m = 1 is decode (a GEMV, memory-bound: the weights are read once
+// per token), m >= ~8 is prefill (a GEMM, compute-bound: each weight tile is
+// reused from cache for several tokens).
+//
+// Quantized path. The weights are repacked once, at load, into the layout the
+// kernels read (see "Packed layout" below). At each forward the activations
+// are quantized to int8: symmetric, d = amax / 127, q = round_half_even(x * (1 / d))
+// (d = 0 gives q = 0), with amax taken per group of 32 inputs (kPerGroup32,
+// the default, the same granularity as the weights) or per token (kPerToken:
+// coarser, hence less accurate, but the GEMM saves one multiply per block).
+// For each output row, each block of 32 inputs gives an exact int32 dot
+// product of the integer weights and activations, and blocks are accumulated
+// in order, in float:
+//   kPerGroup32: acc = fma(float(dot_b), d_w[b] * d_x[b], acc);  y = acc
+//   kPerToken:   acc = fma(float(dot_b), d_w[b], acc);            y = acc * d_x
+// Every ISA path (scalar, AVX2, AVX-512, AVX-512 VNNI) computes exactly these
+// operations in exactly this order, and threads split outputs, never the sum,
+// so every path and every thread count give bit-identical results: a model's
+// output does not depend on the machine it runs on. Against exact arithmetic
+// on the quantized values the error is float rounding only, at most about
+// (n_in / 32 + 2) * FLT_EPSILON * sum_i |w_i x_i|; the activation
+// quantization adds at most sum_b amax_b / 254 * sum_{i in b} |w_i| (per
+// token: amax of the row instead of the block's).
+//
+// Float path (kF32, and F16 weights converted at load): XNNPACK's
+// fully-connected operator, which packs its own copy of the weights. Results
+// differ from exact arithmetic by float reassociation only.
+//
+// Thread safety: a Linear is immutable after construction and may be shared
+// by any number of threads; forward() is const and safe to call concurrently.
+// The quantized path keeps no state at all. XNNPACK's operator is stateful
+// (setup stores the pointers of one call), so the float path runs setup + run
+// under a mutex owned by the Linear: concurrent float forwards of one Linear
+// are serialised (each still uses the whole pool).
+//
+// Packed layout (quantized), for the curious and for the kernels
+// (kernels/linear_impl.h): output rows are taken 16 at a time ("row groups",
+// the last one padded with zero weights). A group stores, for each block b of
+// 32 inputs, its integer weights interleaved in 4-input steps, so that one
+// 64-byte load holds 4 consecutive inputs of all 16 rows (what one AVX-512
+// VNNI vpdpbusd consumes), then, after all the blocks, the 16 fp16 scales of
+// each block. The integer weights are stored biased to unsigned bytes (Q8_0:
+// w + 128; Q4_0: the GGUF nibble itself, w + 8) because vpdpbusd multiplies
+// unsigned by signed bytes; the bias contributes C * sum(x_block), which
+// depends on the activations only and is subtracted once per block and token.
+// Q4_0 keeps GGUF's nibble pairing: the low nibbles of a 64-byte chunk c are
+// inputs 4c..4c+3 of the block and the high nibbles inputs 16+4c..16+4c+3.
+// Bytes read per weight: 1.0625 (Q8_0), 0.5625 (Q4_0), as in the GGUF file.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "kernels/gguf_blocks.h"
+#include "kernels/thread_pool.h"
+#include "memory/memory_allocator.h"
+
+namespace hearth::kernels {
+
+namespace linear_internal {
+struct XnnpackFullyConnected;  // defined in kernels/linear_impl.h
+struct AlignedFree {
+  void operator()(std::uint8_t* p) const noexcept;
+};
+}  // namespace linear_internal
+
+class Linear {
+ public:
+  enum class Format { kF32, kQ8_0, kQ4_0 };
+  // How activations are quantized to int8 on the quantized path (ignored by
+  // the float path): one scale per 32 inputs, or one per token.
+  enum class ActivationQuant { kPerGroup32, kPerToken };
+
+  // Float weights, row-major n_out x n_in, copied (packed by XNNPACK). The
+  // caller's buffer may be freed on return.
+  static absl::StatusOr<Linear> from_f32(const float* w, std::size_t n_out, std::size_t n_in);
+  // IEEE half weights, row-major n_out x n_in, converted to float at load.
+  static absl::StatusOr<Linear> from_f16(const std::uint16_t* w, std::size_t n_out,
+                                         std::size_t n_in);
+  // GGUF blocks, row-major: row r is w[r * n_in / 32 .. (r + 1) * n_in / 32).
+  // n_in must be a multiple of 32. The blocks are repacked; the caller's
+  // buffer may be freed on return.
+  static absl::StatusOr<Linear> from_q8_0(const BlockQ8_0* w, std::size_t n_out, std::size_t n_in);
+  static absl::StatusOr<Linear> from_q4_0(const BlockQ4_0* w, std::size_t n_out, std::size_t n_in);
+
+  Linear(Linear&&) noexcept;
+  Linear& operator=(Linear&&) noexcept;
+  ~Linear();
+
+  // y[m][n_out] = x[m][n_in] * W^T (row-major, dense). x and y must not
+  // overlap. m = 0 is a no-op.
+  //
+  // Scratch: the quantized path takes about m x 1.25 n_in bytes (int8
+  // activations in tiles of up to 6 tokens rounded up to 64 bytes, plus an
+  // int32 and a float per 32 inputs) from `scratch`, on the calling thread,
+  // and nothing from the heap; the float path takes nothing (XNNPACK makes no
+  // allocation in setup or run for this operator). `pool` may be nullptr (run
+  // on the calling thread); small problems run on the calling thread anyway.
+  // Errors: ResourceExhausted when scratch cannot be allocated; Internal when
+  // XNNPACK fails.
+  absl::Status forward(const float* x, std::size_t m, float* y, MemoryAllocator& scratch,
+                       ThreadPool* pool, ActivationQuant aq = ActivationQuant::kPerGroup32) const;
+
+  std::size_t n_in() const noexcept { return n_in_; }
+  std::size_t n_out() const noexcept { return n_out_; }
+  Format format() const noexcept { return format_; }
+  // Bytes one forward reads from the packed weights (once per forward on the
+  // GEMV path, including the padding of the last row group; the float path
+  // counts n_out x (n_in + 1) floats, XNNPACK's weights and bias).
+  std::size_t weight_bytes() const noexcept;
+
+ private:
+  Linear() = default;
+  static absl::StatusOr<Linear> allocate_packed(Format format, std::size_t n_out, std::size_t n_in);
+
+  Format format_ = Format::kF32;
+  std::size_t n_in_ = 0;
+  std::size_t n_out_ = 0;
+  // Quantized formats: the packed row groups (64-byte aligned).
+  std::unique_ptr<std::uint8_t[], linear_internal::AlignedFree> packed_;
+  std::size_t groups_ = 0;         // ceil(n_out / 16)
+  std::size_t group_stride_ = 0;   // bytes per row group, a multiple of 64
+  std::size_t scales_offset_ = 0;  // offset of a group's fp16 scales within it
+  // Float format: XNNPACK's operator and the mutex that guards it.
+  std::unique_ptr<linear_internal::XnnpackFullyConnected> xnn_;
+};
+
+}  // namespace hearth::kernels

@@ -1,0 +1,275 @@
+// AVX2 quantized linear layer and activation quantizer.
+//
+// A row group (16 rows) is two ymm halves of 8 rows. The u8 x s8 products go
+// through vpmaddubsw as on the AVX-512 path without VNNI (see linear_avx512.cc
+// for why nothing saturates): Q8_0 multiplies |w| by x carrying w's sign
+// (vpsignb), Q4_0 multiplies the nibble by x and widens once per block.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/linear_impl.h"
+
+namespace hearth::kernels::linear_internal {
+namespace {
+
+constexpr float kTinyAmax = 1e-30f;  // as in linear_scalar.cc
+
+inline __m256i broadcast4(const std::int8_t* p) {
+  std::int32_t v;
+  std::memcpy(&v, p, 4);
+  return _mm256_set1_epi32(v);
+}
+
+inline float hmax(__m256 v) {
+  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
+  m = _mm_max_ss(m, _mm_movehdup_ps(m));
+  return _mm_cvtss_f32(m);
+}
+
+inline std::int32_t hsum(__m256i v) {
+  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
+  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
+  return _mm_cvtsi128_si32(s);
+}
+
+// Row groups [g, g + G) (2G halves of 8 rows) x the T tokens of token tile
+// `tile` (pointer walk as in linear_avx512vnni.cc).
+template <int G, int T, bool kQ4, bool kPerToken>
+void tile(const PackedWeights& w, const QuantizedActivations& a, std::size_t g, std::size_t tile,
+          float* y, std::size_t ldy) {
+  constexpr int H = 2 * G;
+  constexpr std::size_t kBlockBytes = kQ4 ? kQ4BlockBytes : kQ8BlockBytes;
+  const std::size_t gs = w.group_stride;
+  const std::size_t first = tile * a.tile_tokens;
+  // Half h of the tile: group h / 2, rows 8 (h % 2) .. +8: bytes 32 (h % 2)
+  // of each 64-byte step, scales 16 (h % 2) of each block's 32.
+  const std::uint8_t* wp = w.data + g * gs;
+  const std::uint8_t* sp = wp + w.scales_offset;
+  const std::int8_t* xp = a.q + tile * a.q_tile_stride;
+  const std::int32_t* bp = a.bias + first * a.blocks;
+  const float* dp = a.d + (kPerToken ? first : first * a.blocks);
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
+  const __m256i sign8 = _mm256_set1_epi8(static_cast<char>(0x80));
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  __m256 facc[H][T];
+#pragma GCC unroll 8
+  for (int h = 0; h < H; ++h)
+#pragma GCC unroll 8
+    for (int j = 0; j < T; ++j) facc[h][j] = _mm256_setzero_ps();
+
+  for (std::size_t b = 0; b < a.blocks; ++b) {
+    __m256i acc[H][T];
+#pragma GCC unroll 8
+    for (int h = 0; h < H; ++h)
+#pragma GCC unroll 8
+      for (int j = 0; j < T; ++j) acc[h][j] = _mm256_setzero_si256();
+    if constexpr (kQ4) {
+      // int16 pair sums over the whole block, widened once.
+#pragma GCC unroll 4
+      for (int c = 0; c < 4; ++c) {
+        __m256i lo[H], hi[H];
+#pragma GCC unroll 8
+        for (int h = 0; h < H; ++h) {
+          const __m256i raw = _mm256_load_si256(
+              reinterpret_cast<const __m256i*>(wp + (h / 2) * gs + 32 * (h % 2) + 64 * c));
+          lo[h] = _mm256_and_si256(raw, low4);
+          hi[h] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+        }
+#pragma GCC unroll 8
+        for (int j = 0; j < T; ++j) {
+          const __m256i xlo = broadcast4(xp + 4 * T * c + 4 * j);
+          const __m256i xhi = broadcast4(xp + 4 * T * (c + 4) + 4 * j);
+#pragma GCC unroll 8
+          for (int h = 0; h < H; ++h) {
+            acc[h][j] = _mm256_add_epi16(acc[h][j], _mm256_maddubs_epi16(lo[h], xlo));
+            acc[h][j] = _mm256_add_epi16(acc[h][j], _mm256_maddubs_epi16(hi[h], xhi));
+          }
+        }
+      }
+#pragma GCC unroll 8
+      for (int j = 0; j < T; ++j) {
+        const __m256i init = _mm256_set1_epi32(bp[j]);
+#pragma GCC unroll 8
+        for (int h = 0; h < H; ++h)
+          acc[h][j] = _mm256_add_epi32(init, _mm256_madd_epi16(acc[h][j], ones16));
+      }
+    } else {
+      // Signed weights: the plain dot product, no bias to remove.
+#pragma GCC unroll 8
+      for (int s = 0; s < 8; ++s) {
+        __m256i ws[H], aw[H];
+#pragma GCC unroll 8
+        for (int h = 0; h < H; ++h) {
+          ws[h] = _mm256_xor_si256(_mm256_load_si256(reinterpret_cast<const __m256i*>(
+                                       wp + (h / 2) * gs + 32 * (h % 2) + 64 * s)),
+                                   sign8);
+          aw[h] = _mm256_abs_epi8(ws[h]);
+        }
+#pragma GCC unroll 8
+        for (int j = 0; j < T; ++j) {
+          const __m256i xv = broadcast4(xp + 4 * T * s + 4 * j);
+#pragma GCC unroll 8
+          for (int h = 0; h < H; ++h) {
+            const __m256i p = _mm256_maddubs_epi16(aw[h], _mm256_sign_epi8(xv, ws[h]));
+            acc[h][j] = _mm256_add_epi32(acc[h][j], _mm256_madd_epi16(p, ones16));
+          }
+        }
+      }
+    }
+#pragma GCC unroll 8
+    for (int h = 0; h < H; ++h) {
+      const __m256 dw = _mm256_cvtph_ps(
+          _mm_load_si128(reinterpret_cast<const __m128i*>(sp + (h / 2) * gs + 16 * (h % 2))));
+#pragma GCC unroll 8
+      for (int j = 0; j < T; ++j) {
+        const __m256 fdot = _mm256_cvtepi32_ps(acc[h][j]);
+        if constexpr (kPerToken) {
+          facc[h][j] = _mm256_fmadd_ps(fdot, dw, facc[h][j]);
+        } else {
+          facc[h][j] = _mm256_fmadd_ps(fdot, _mm256_mul_ps(dw, _mm256_set1_ps(dp[j])), facc[h][j]);
+        }
+      }
+    }
+    wp += kBlockBytes;
+    sp += kScaleBytes;
+    xp += 4 * T * 8;
+    bp += T;
+    if constexpr (!kPerToken) dp += T;
+  }
+
+#pragma GCC unroll 4
+  for (int i = 0; i < G; ++i) {
+    const std::size_t row0 = (g + i) * kGroupRows;
+    const std::size_t rows = w.n_out - row0 >= kGroupRows ? kGroupRows : w.n_out - row0;
+#pragma GCC unroll 8
+    for (int j = 0; j < T; ++j) {
+      __m256 v0 = facc[2 * i][j], v1 = facc[2 * i + 1][j];
+      if constexpr (kPerToken) {
+        const __m256 s = _mm256_set1_ps(dp[j]);
+        v0 = _mm256_mul_ps(v0, s);
+        v1 = _mm256_mul_ps(v1, s);
+      }
+      float* out = y + (first + j) * ldy + row0;
+      if (rows == kGroupRows) {
+        _mm256_storeu_ps(out, v0);
+        _mm256_storeu_ps(out + 8, v1);
+      } else {
+        alignas(32) float tmp[kGroupRows];
+        _mm256_store_ps(tmp, v0);
+        _mm256_store_ps(tmp + 8, v1);
+        for (std::size_t r = 0; r < rows; ++r) out[r] = tmp[r];
+      }
+    }
+  }
+}
+
+static_assert(kTileTokensAvx2 == 2, "run() covers tiles of 1..2 tokens");
+
+template <bool kQ4, bool kPerToken>
+void run(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0, std::size_t g1,
+         std::size_t t0, std::size_t t1, float* y, std::size_t ldy) {
+  const std::size_t tt = a.tile_tokens;
+  const std::size_t p0 = t0 / tt, p1 = (t1 + tt - 1) / tt;
+  auto tokens = [&](std::size_t p) { return a.m - p * tt < tt ? a.m - p * tt : tt; };
+  std::size_t g = g0;
+  if (p1 - p0 == 1 && tokens(p0) == 1) {
+    for (; g + 2 <= g1; g += 2) tile<2, 1, kQ4, kPerToken>(w, a, g, p0, y, ldy);
+  }
+  for (; g < g1; ++g)
+    for (std::size_t p = p0; p < p1; ++p) {
+      if (tokens(p) == 2) {
+        tile<1, 2, kQ4, kPerToken>(w, a, g, p, y, ldy);
+      } else {
+        tile<1, 1, kQ4, kPerToken>(w, a, g, p, y, ldy);
+      }
+    }
+}
+
+}  // namespace
+
+void quantize_activations_avx2(const float* x, std::size_t t0, std::size_t t1, std::int32_t bias_c,
+                               const QuantizedActivations& a) {
+  const std::size_t n_in = a.blocks * kQuantGroup;
+  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
+  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
+  for (std::size_t t = t0; t < t1; ++t) {
+    const float* xt = x + t * n_in;
+    // Token t's place in the token-tiled layout (kernels/linear_impl.h).
+    const std::size_t tile = t / a.tile_tokens, j = t % a.tile_tokens;
+    const std::size_t first = tile * a.tile_tokens;
+    const std::size_t n = a.m - first < a.tile_tokens ? a.m - first : a.tile_tokens;
+    std::int8_t* q = a.q + tile * a.q_tile_stride + 4 * j;
+    const std::size_t meta = first * a.blocks + j;
+    float d = 0.0f, id = 0.0f;
+    if (a.per_token) {
+      __m256 vmax = _mm256_setzero_ps();
+      for (std::size_t i = 0; i < n_in; i += 8)
+        vmax = _mm256_max_ps(vmax, _mm256_and_ps(_mm256_loadu_ps(xt + i), abs_mask));
+      const float amax = hmax(vmax);
+      if (amax >= kTinyAmax) {
+        d = amax / 127.0f;
+        id = 1.0f / d;
+      }
+      a.d[t] = d;
+    }
+    for (std::size_t b = 0; b < a.blocks; ++b) {
+      const float* xb = xt + b * kQuantGroup;
+      __m256 v[4];
+      for (int i = 0; i < 4; ++i) v[i] = _mm256_loadu_ps(xb + 8 * i);
+      if (!a.per_token) {
+        const __m256 m = _mm256_max_ps(
+            _mm256_max_ps(_mm256_and_ps(v[0], abs_mask), _mm256_and_ps(v[1], abs_mask)),
+            _mm256_max_ps(_mm256_and_ps(v[2], abs_mask), _mm256_and_ps(v[3], abs_mask)));
+        const float amax = hmax(m);
+        d = 0.0f;
+        id = 0.0f;
+        if (amax >= kTinyAmax) {
+          d = amax / 127.0f;
+          id = 1.0f / d;
+        }
+        a.d[meta + b * n] = d;
+      }
+      const __m256 vid = _mm256_set1_ps(id);
+      __m256i iv[4];
+      for (int i = 0; i < 4; ++i) iv[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], vid));
+      const __m256i sum =
+          _mm256_add_epi32(_mm256_add_epi32(iv[0], iv[1]), _mm256_add_epi32(iv[2], iv[3]));
+      // packs interleave 128-bit lanes; the permute restores input order.
+      const __m256i p16a = _mm256_packs_epi32(iv[0], iv[1]);
+      const __m256i p16b = _mm256_packs_epi32(iv[2], iv[3]);
+      const __m256i p8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16a, p16b), order);
+      std::int8_t* qb = q + b * 8 * 4 * n;
+      if (n == 1) {
+        _mm256_storeu_si256(reinterpret_cast<__m256i*>(qb), p8);
+      } else {
+        alignas(32) std::int8_t tmp[kQuantGroup];
+        _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), p8);
+        for (std::size_t s = 0; s < 8; ++s) std::memcpy(qb + s * 4 * n, tmp + 4 * s, 4);
+      }
+      a.bias[meta + b * n] = -bias_c * hsum(sum);
+    }
+  }
+}
+
+void matmul_q8_0_avx2(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0,
+                      std::size_t g1, std::size_t t0, std::size_t t1, float* y, std::size_t ldy) {
+  if (a.per_token) {
+    run<false, true>(w, a, g0, g1, t0, t1, y, ldy);
+  } else {
+    run<false, false>(w, a, g0, g1, t0, t1, y, ldy);
+  }
+}
+
+void matmul_q4_0_avx2(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0,
+                      std::size_t g1, std::size_t t0, std::size_t t1, float* y, std::size_t ldy) {
+  if (a.per_token) {
+    run<true, true>(w, a, g0, g1, t0, t1, y, ldy);
+  } else {
+    run<true, false>(w, a, g0, g1, t0, t1, y, ldy);
+  }
+}
+
+}  // namespace hearth::kernels::linear_internal

@@ -1,0 +1,145 @@
+// Private to kernels/linear*.cc: the packed weight layout, the quantized
+// activation buffers, and the per-ISA entry points Linear dispatches to.
+//
+// This header is included by files compiled with AVX2 / AVX-512 flags, so it
+// declares only: no inline functions, no templates (see kernels/CMakeLists.txt).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <mutex>
+
+#include <pthreadpool.h>
+
+#include "absl/status/status.h"
+#include "kernels/gguf_blocks.h"
+
+struct xnn_operator;
+
+namespace hearth::kernels::linear_internal {
+
+// Output rows per row group: one zmm of int32 / float lanes.
+inline constexpr std::size_t kGroupRows = 16;
+// Bytes of integer weights per (row group, block of 32 inputs).
+inline constexpr std::size_t kQ8BlockBytes = kGroupRows * kQuantGroup;      // 512
+inline constexpr std::size_t kQ4BlockBytes = kGroupRows * kQuantGroup / 2;  // 256
+// Tokens per activation tile (QuantizedActivations::tile_tokens) of each
+// path: the token width of its GEMM register tile.
+inline constexpr std::size_t kTileTokensScalar = 1;
+inline constexpr std::size_t kTileTokensAvx2 = 2;
+inline constexpr std::size_t kTileTokensAvx512 = 4;
+inline constexpr std::size_t kTileTokensAvx512Vnni = 6;
+// Bytes of fp16 scales per (row group, block).
+inline constexpr std::size_t kScaleBytes = kGroupRows * 2;  // 32
+// The unsigned bias of stored weights: stored = w + C.
+inline constexpr std::int32_t kQ8Bias = 128;
+inline constexpr std::int32_t kQ4Bias = 8;
+
+// The packed weights of a quantized Linear (layout in kernels/linear.h):
+//   group g starts at data + g * group_stride;
+//   block b's integer weights at + b * (kQ8BlockBytes | kQ4BlockBytes):
+//     Q8_0: byte s * 64 + r * 4 + j = w[row 16g + r][input 32b + 4s + j] + 128, s = 0..7
+//     Q4_0: byte c * 64 + r * 4 + j = the GGUF byte qs[4c + j] of row 16g + r, c = 0..3
+//           (low nibble: input 4c + j; high nibble: input 16 + 4c + j; each = w + 8)
+//   block b's scales at + scales_offset + b * 32: 16 fp16, row r at 2r.
+// Rows >= n_out of the last group hold w = 0 and scale 0.
+struct PackedWeights {
+  const std::uint8_t* data;
+  std::size_t group_stride;   // bytes, a multiple of 64
+  std::size_t scales_offset;  // bytes from a group's start, a multiple of 64
+  std::size_t blocks;         // n_in / 32
+  std::size_t n_out;
+};
+
+// Quantized activations of m tokens (written by quantize_activations_*),
+// packed in token tiles the way the weights are packed in row groups, so that
+// a register tile of T tokens reads its activations from one pointer:
+//   tokens are split into tiles of tile_tokens (TT) tokens; tile p holds
+//   tokens [p * TT, p * TT + n) with n = min(TT, m - p * TT) (only the last
+//   tile may be short);
+//   q: tile p starts at q + p * q_tile_stride; within it, input k of the
+//     tile's token j is at byte (k / 4) * 4n + 4j + k % 4: each 4-input step
+//     holds the n tokens' 4 bytes side by side. Values are in [-127, 127].
+//     With TT = 1 this is plain row-major with row stride q_tile_stride.
+//   bias and d (kPerGroup32): the value of block b of the tile's token j is at
+//     [p * TT * blocks + b * n + j];
+//     bias = -C * (sum of that block's q), where C is the weight format's
+//     unsigned bias (kQ8Bias or kQ4Bias): the int32 that starts each block's
+//     dot product on the stored unsigned weights, so that sum(stored_w * q) +
+//     bias = sum(w * q) (paths that recover the signed weights, Q8_0 without
+//     VNNI, ignore it);
+//     d = the block's float scale.
+//   d (kPerToken): d[t], one scale per token.
+struct QuantizedActivations {
+  std::int8_t* q;
+  float* d;
+  std::int32_t* bias;
+  std::size_t m;              // tokens
+  std::size_t blocks;         // n_in / 32
+  std::size_t tile_tokens;    // TT
+  std::size_t q_tile_stride;  // bytes, a multiple of 64, >= TT * n_in
+  bool per_token;
+};
+
+// Quantizes tokens [t0, t1) of x (row-major, n_in = 32 * a.blocks per row)
+// into `a` (see above; d = amax / 127, q = round_half_even(x * (1 / d)), with
+// amax per block, or per row when a.per_token). `bias_c` is C. Any token range
+// may be given (threads quantize disjoint ranges).
+using QuantizeFn = void (*)(const float* x, std::size_t t0, std::size_t t1, std::int32_t bias_c,
+                            const QuantizedActivations& a);
+void quantize_activations_scalar(const float* x, std::size_t t0, std::size_t t1,
+                                 std::int32_t bias_c, const QuantizedActivations& a);
+void quantize_activations_avx2(const float* x, std::size_t t0, std::size_t t1, std::int32_t bias_c,
+                               const QuantizedActivations& a);
+void quantize_activations_avx512(const float* x, std::size_t t0, std::size_t t1,
+                                 std::int32_t bias_c, const QuantizedActivations& a);
+
+// y[t * ldy + 16g + r] for row groups [g0, g1) and tokens [t0, t1) (rows >=
+// w.n_out are not written), accumulated in the order documented in
+// kernels/linear.h. Every implementation gives bit-identical results. t0 must
+// be a multiple of a.tile_tokens, and a.tile_tokens the ISA's own
+// (kTileTokens*), since a register tile covers exactly one token tile.
+using MatmulFn = void (*)(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0,
+                          std::size_t g1, std::size_t t0, std::size_t t1, float* y,
+                          std::size_t ldy);
+void matmul_q8_0_scalar(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0,
+                        std::size_t g1, std::size_t t0, std::size_t t1, float* y, std::size_t ldy);
+void matmul_q4_0_scalar(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0,
+                        std::size_t g1, std::size_t t0, std::size_t t1, float* y, std::size_t ldy);
+void matmul_q8_0_avx2(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0,
+                      std::size_t g1, std::size_t t0, std::size_t t1, float* y, std::size_t ldy);
+void matmul_q4_0_avx2(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0,
+                      std::size_t g1, std::size_t t0, std::size_t t1, float* y, std::size_t ldy);
+void matmul_q8_0_avx512(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0,
+                        std::size_t g1, std::size_t t0, std::size_t t1, float* y, std::size_t ldy);
+void matmul_q4_0_avx512(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0,
+                        std::size_t g1, std::size_t t0, std::size_t t1, float* y, std::size_t ldy);
+void matmul_q8_0_avx512vnni(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0,
+                            std::size_t g1, std::size_t t0, std::size_t t1, float* y,
+                            std::size_t ldy);
+void matmul_q4_0_avx512vnni(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0,
+                            std::size_t g1, std::size_t t0, std::size_t t1, float* y,
+                            std::size_t ldy);
+
+// XNNPACK's fully-connected operator for the float path (linear_xnnpack.cc).
+// The operator holds the pointers of its last setup, so setup + run happen
+// under `mu`.
+struct XnnpackFullyConnected {
+  XnnpackFullyConnected() = default;
+  ~XnnpackFullyConnected();
+  XnnpackFullyConnected(const XnnpackFullyConnected&) = delete;
+  XnnpackFullyConnected& operator=(const XnnpackFullyConnected&) = delete;
+
+  xnn_operator* op = nullptr;
+  std::mutex mu;
+};
+
+// Creates the operator for row-major w (n_out x n_in, copied and packed by
+// XNNPACK) into `out`. Initialises XNNPACK on first use.
+absl::Status xnnpack_create(const float* w, std::size_t n_out, std::size_t n_in,
+                            XnnpackFullyConnected& out);
+// y = x W^T for m rows; `threadpool` may be nullptr.
+absl::Status xnnpack_run(XnnpackFullyConnected& fc, const float* x, std::size_t m, float* y,
+                         pthreadpool_t threadpool);
+
+}  // namespace hearth::kernels::linear_internal

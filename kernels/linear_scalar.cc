@@ -1,0 +1,148 @@
+// The scalar reference of the quantized linear layer: plain loops over the
+// packed layout (kernels/linear_impl.h). Every SIMD path must reproduce these
+// results bit for bit, so the float operations here are the specification:
+// per block, an exact int32 dot product, then one fused multiply-add into the
+// row's accumulator, blocks in increasing order.
+#include <cmath>
+#include <cstring>
+
+#include "kernels/fp16.h"
+#include "kernels/linear_impl.h"
+
+namespace hearth::kernels::linear_internal {
+namespace {
+
+// amax below this is treated as 0 (q = 0, d = 0): 1 / (amax / 127) would
+// overflow to infinity for subnormal amax. Shared by every path (copied, since
+// SIMD files may not share inline functions).
+constexpr float kTinyAmax = 1e-30f;
+
+void scale_of(float amax, float* d, float* id) {
+  if (amax < kTinyAmax) {
+    *d = 0.0f;
+    *id = 0.0f;
+    return;
+  }
+  *d = amax / 127.0f;
+  *id = 1.0f / *d;
+}
+
+// Where token t's values live in the token-tiled activation layout
+// (kernels/linear_impl.h).
+struct TokenPos {
+  std::int8_t* q;    // input k at q[(k / 4) * step + k % 4]
+  std::size_t step;  // 4 * tokens in t's tile
+  std::size_t meta;  // bias / d of block b at [meta + b * n]
+  std::size_t n;     // tokens in t's tile
+};
+
+TokenPos token_pos(const QuantizedActivations& a, std::size_t t) {
+  const std::size_t tile = t / a.tile_tokens, j = t % a.tile_tokens;
+  const std::size_t first = tile * a.tile_tokens;
+  const std::size_t n = a.m - first < a.tile_tokens ? a.m - first : a.tile_tokens;
+  return {a.q + tile * a.q_tile_stride + 4 * j, 4 * n, first * a.blocks + j, n};
+}
+
+// Quantizes 32 values with inverse scale id into the layout; returns the sum
+// of the q.
+std::int32_t quantize_block(const float* x, float id, std::int8_t* q, std::size_t step) {
+  std::int32_t sum = 0;
+  for (std::size_t i = 0; i < kQuantGroup; ++i) {
+    // lrint rounds to nearest even in the default rounding mode, as the SIMD
+    // conversions (cvtps2dq) do.
+    const auto v = static_cast<std::int32_t>(std::lrint(x[i] * id));
+    q[i / 4 * step + i % 4] = static_cast<std::int8_t>(v);
+    sum += v;
+  }
+  return sum;
+}
+
+template <bool kQ4>
+void matmul(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0, std::size_t g1,
+            std::size_t t0, std::size_t t1, float* y, std::size_t ldy) {
+  const std::size_t block_bytes = kQ4 ? kQ4BlockBytes : kQ8BlockBytes;
+  for (std::size_t g = g0; g < g1; ++g) {
+    const std::uint8_t* group = w.data + g * w.group_stride;
+    const std::uint8_t* scales = group + w.scales_offset;
+    const std::size_t rows =
+        w.n_out - g * kGroupRows < kGroupRows ? w.n_out - g * kGroupRows : kGroupRows;
+    for (std::size_t t = t0; t < t1; ++t) {
+      const TokenPos pos = token_pos(a, t);
+      float acc[kGroupRows] = {};
+      for (std::size_t b = 0; b < a.blocks; ++b) {
+        const std::uint8_t* wb = group + b * block_bytes;
+        // Input i of the block: qb[i / 4 * pos.step + i % 4].
+        const std::int8_t* qb = pos.q + b * (kQuantGroup / 4) * pos.step;
+        auto x = [&](std::size_t i) -> std::int32_t { return qb[i / 4 * pos.step + i % 4]; };
+        std::int32_t dot[kGroupRows];
+        for (std::size_t r = 0; r < kGroupRows; ++r) dot[r] = a.bias[pos.meta + b * pos.n];
+        if constexpr (kQ4) {
+          for (std::size_t c = 0; c < 4; ++c)
+            for (std::size_t r = 0; r < kGroupRows; ++r)
+              for (std::size_t j = 0; j < 4; ++j) {
+                const std::uint8_t byte = wb[c * 64 + r * 4 + j];
+                dot[r] += static_cast<std::int32_t>(byte & 0x0f) * x(4 * c + j) +
+                          static_cast<std::int32_t>(byte >> 4) * x(16 + 4 * c + j);
+              }
+        } else {
+          for (std::size_t s = 0; s < 8; ++s)
+            for (std::size_t r = 0; r < kGroupRows; ++r)
+              for (std::size_t j = 0; j < 4; ++j)
+                dot[r] += static_cast<std::int32_t>(wb[s * 64 + r * 4 + j]) * x(4 * s + j);
+        }
+        const float dx = a.per_token ? a.d[t] : a.d[pos.meta + b * pos.n];
+        for (std::size_t r = 0; r < kGroupRows; ++r) {
+          std::uint16_t h;
+          std::memcpy(&h, scales + b * kScaleBytes + 2 * r, 2);
+          const float dw = fp16_to_f32(h);
+          // |dot| <= 32 * 255 * 127 < 2^24: the conversion is exact.
+          const float fdot = static_cast<float>(dot[r]);
+          acc[r] = a.per_token ? std::fma(fdot, dw, acc[r]) : std::fma(fdot, dw * dx, acc[r]);
+        }
+      }
+      float* yt = y + t * ldy + g * kGroupRows;
+      for (std::size_t r = 0; r < rows; ++r) yt[r] = a.per_token ? acc[r] * a.d[t] : acc[r];
+    }
+  }
+}
+
+}  // namespace
+
+void quantize_activations_scalar(const float* x, std::size_t t0, std::size_t t1,
+                                 std::int32_t bias_c, const QuantizedActivations& a) {
+  const std::size_t n_in = a.blocks * kQuantGroup;
+  for (std::size_t t = t0; t < t1; ++t) {
+    const float* xt = x + t * n_in;
+    const TokenPos pos = token_pos(a, t);
+    float d = 0.0f, id = 0.0f;
+    if (a.per_token) {
+      float amax = 0.0f;
+      for (std::size_t i = 0; i < n_in; ++i) amax = std::fmax(amax, std::fabs(xt[i]));
+      scale_of(amax, &d, &id);
+      a.d[t] = d;
+    }
+    for (std::size_t b = 0; b < a.blocks; ++b) {
+      const float* xb = xt + b * kQuantGroup;
+      if (!a.per_token) {
+        float amax = 0.0f;
+        for (std::size_t i = 0; i < kQuantGroup; ++i) amax = std::fmax(amax, std::fabs(xb[i]));
+        scale_of(amax, &d, &id);
+        a.d[pos.meta + b * pos.n] = d;
+      }
+      a.bias[pos.meta + b * pos.n] =
+          -bias_c * quantize_block(xb, id, pos.q + b * (kQuantGroup / 4) * pos.step, pos.step);
+    }
+  }
+}
+
+void matmul_q8_0_scalar(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0,
+                        std::size_t g1, std::size_t t0, std::size_t t1, float* y, std::size_t ldy) {
+  matmul<false>(w, a, g0, g1, t0, t1, y, ldy);
+}
+
+void matmul_q4_0_scalar(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0,
+                        std::size_t g1, std::size_t t0, std::size_t t1, float* y, std::size_t ldy) {
+  matmul<true>(w, a, g0, g1, t0, t1, y, ldy);
+}
+
+}  // namespace hearth::kernels::linear_internal

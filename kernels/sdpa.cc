@@ -1,0 +1,425 @@
+#include "kernels/sdpa.h"
+
+#include <cmath>
+#include <cstdint>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "kernels/cpu_features.h"
+#include "kernels/sdpa_impl.h"
+
+namespace hearth::kernels {
+namespace sdpa_detail {
+namespace {
+
+// ---- Scalar reference kernels ---------------------------------------------
+
+void scores_q8_scalar(const float* q, std::size_t ld_q, std::size_t rows, const std::int8_t* k,
+                      const float* k_scale, std::size_t n, std::size_t head_dim, float* s,
+                      std::size_t ld_s) {
+  for (std::size_t r = 0; r < rows; ++r) {
+    for (std::size_t j = 0; j < n; ++j) {
+      float dot = 0.0f;
+      for (std::size_t d = 0; d < head_dim; ++d)
+        dot += q[r * ld_q + d] * static_cast<float>(k[j * head_dim + d]);
+      s[r * ld_s + j] = dot * k_scale[j];
+    }
+  }
+}
+
+void scores_f32_scalar(const float* q, std::size_t ld_q, std::size_t rows, const float* k,
+                       std::size_t n, std::size_t head_dim, float* s, std::size_t ld_s) {
+  for (std::size_t r = 0; r < rows; ++r) {
+    for (std::size_t j = 0; j < n; ++j) {
+      float dot = 0.0f;
+      for (std::size_t d = 0; d < head_dim; ++d) dot += q[r * ld_q + d] * k[j * head_dim + d];
+      s[r * ld_s + j] = dot;
+    }
+  }
+}
+
+float softmax_row_scalar(float* s, std::size_t n_valid, std::size_t n, const float* v_scale,
+                         float* m, float* l) {
+  float mx = s[0];
+  for (std::size_t j = 1; j < n_valid; ++j) mx = std::fmax(mx, s[j]);
+  const float m_new = std::fmax(*m, mx);
+  const float corr = std::exp(*m - m_new);  // exp(-inf) = 0 on the first tile
+  float sum = 0.0f;
+  for (std::size_t j = 0; j < n_valid; ++j) {
+    const float e = std::exp(s[j] - m_new);
+    sum += e;
+    s[j] = v_scale != nullptr ? e * v_scale[j] : e;
+  }
+  for (std::size_t j = n_valid; j < n; ++j) s[j] = 0.0f;
+  *l = *l * corr + sum;
+  *m = m_new;
+  return corr;
+}
+
+template <typename V>
+void accumulate_scalar(const float* w, std::size_t ld_w, std::size_t rows, const V* v,
+                       std::size_t n, std::size_t head_dim, const float* corr, float* acc,
+                       std::size_t ld_acc) {
+  for (std::size_t r = 0; r < rows; ++r) {
+    float* a = acc + r * ld_acc;
+    for (std::size_t d = 0; d < head_dim; ++d) a[d] *= corr[r];
+    for (std::size_t j = 0; j < n; ++j) {
+      const float wj = w[r * ld_w + j];
+      for (std::size_t d = 0; d < head_dim; ++d)
+        a[d] += wj * static_cast<float>(v[j * head_dim + d]);
+    }
+  }
+}
+
+void accumulate_q8_scalar(const float* w, std::size_t ld_w, std::size_t rows, const std::int8_t* v,
+                          std::size_t n, std::size_t head_dim, const float* corr, float* acc,
+                          std::size_t ld_acc) {
+  accumulate_scalar(w, ld_w, rows, v, n, head_dim, corr, acc, ld_acc);
+}
+
+void accumulate_f32_scalar(const float* w, std::size_t ld_w, std::size_t rows, const float* v,
+                           std::size_t n, std::size_t head_dim, const float* corr, float* acc,
+                           std::size_t ld_acc) {
+  accumulate_scalar(w, ld_w, rows, v, n, head_dim, corr, acc, ld_acc);
+}
+
+}  // namespace
+
+const AttentionKernels kScalarAttention = {scores_q8_scalar, scores_f32_scalar, softmax_row_scalar,
+                                           accumulate_q8_scalar, accumulate_f32_scalar};
+
+}  // namespace sdpa_detail
+
+namespace {
+
+using sdpa_detail::AttentionKernels;
+using sdpa_detail::kKvTile;
+
+// Query rows (heads x tokens) an item processes at most: enough that a K/V
+// tile read from memory serves many rows, few enough that the accumulators
+// (64 x head_dim floats) and score rows stay in L1/L2.
+constexpr std::size_t kMaxRows = 64;
+// Below this many multiply-adds (query rows x positions x head_dim) the
+// problem runs on the calling thread: waking the pool costs more.
+constexpr std::size_t kParallelWork = std::size_t{1} << 17;
+constexpr std::size_t kFloatsPerLine = 16;  // 64 bytes
+
+std::size_t round_up(std::size_t x) {
+  return (x + kFloatsPerLine - 1) / kFloatsPerLine * kFloatsPerLine;
+}
+
+AttentionKernels select_kernels(std::size_t head_dim) {
+  switch (active_isa()) {
+    case Isa::kAvx512Vnni:
+      if (head_dim % 16 == 0) {
+        AttentionKernels k = sdpa_detail::kAvx512Attention;
+        if (head_dim <= sdpa_detail::kVnniMaxHeadDim)
+          k.scores_q8 = sdpa_detail::scores_q8_avx512vnni;
+        return k;
+      }
+      [[fallthrough]];
+    case Isa::kAvx512:
+      if (head_dim % 16 == 0) return sdpa_detail::kAvx512Attention;
+      [[fallthrough]];
+    case Isa::kAvx2:
+      if (head_dim % 8 == 0) return sdpa_detail::kAvx2Attention;
+      break;
+    case Isa::kScalar:
+      break;
+  }
+  return sdpa_detail::kScalarAttention;
+}
+
+// The cache as the item loop sees it; T is std::int8_t or float.
+template <typename T>
+struct KvArrays {
+  const T* k;
+  const T* v;
+  const float* k_scale;  // nullptr for the float cache
+  const float* v_scale;
+  KvLayout layout;
+};
+
+// Everything an item needs; shared read-only by all chunks.
+struct Problem {
+  const float* q;
+  float* out;
+  std::size_t n_tokens, start_pos, n_heads, group, head_dim;
+  float scale;
+  AttentionKernels kernels;
+  // Work decomposition.
+  std::size_t tokens_per_block, n_qblocks, splits, max_rows;
+};
+
+// Per-chunk scratch: query rows, accumulators, score rows, softmax state.
+struct ChunkScratch {
+  float* q;     // [max_rows][head_dim]
+  float* acc;   // [max_rows][head_dim]
+  float* s;     // [max_rows][kKvTile]
+  float* m;     // [max_rows]
+  float* l;     // [max_rows]
+  float* corr;  // [max_rows]
+};
+
+std::size_t chunk_floats(std::size_t max_rows, std::size_t head_dim) {
+  return 2 * round_up(max_rows * head_dim) + round_up(max_rows * kKvTile) + 3 * round_up(max_rows);
+}
+
+ChunkScratch carve_chunk(float* base, std::size_t max_rows, std::size_t head_dim) {
+  ChunkScratch c;
+  c.q = base;
+  c.acc = c.q + round_up(max_rows * head_dim);
+  c.s = c.acc + round_up(max_rows * head_dim);
+  c.m = c.s + round_up(max_rows * kKvTile);
+  c.l = c.m + round_up(max_rows);
+  c.corr = c.l + round_up(max_rows);
+  return c;
+}
+
+// A split item's unnormalised result, merged after the parallel region:
+// acc [max_rows][head_dim], then m and l [max_rows].
+std::size_t partial_floats(std::size_t max_rows, std::size_t head_dim) {
+  return round_up(max_rows * head_dim) + 2 * round_up(max_rows);
+}
+
+void score_tile(const AttentionKernels& k, const KvArrays<std::int8_t>& kv, std::size_t row,
+                const float* q, std::size_t ld_q, std::size_t rows, std::size_t n, float* s) {
+  const std::size_t hd = kv.layout.head_dim;
+  k.scores_q8(q, ld_q, rows, kv.k + row * hd, kv.k_scale + row, n, hd, s, kKvTile);
+}
+void score_tile(const AttentionKernels& k, const KvArrays<float>& kv, std::size_t row,
+                const float* q, std::size_t ld_q, std::size_t rows, std::size_t n, float* s) {
+  const std::size_t hd = kv.layout.head_dim;
+  k.scores_f32(q, ld_q, rows, kv.k + row * hd, n, hd, s, kKvTile);
+}
+void accumulate_tile(const AttentionKernels& k, const KvArrays<std::int8_t>& kv, std::size_t row,
+                     const float* w, std::size_t rows, std::size_t n, const float* corr,
+                     float* acc) {
+  const std::size_t hd = kv.layout.head_dim;
+  k.accumulate_q8(w, kKvTile, rows, kv.v + row * hd, n, hd, corr, acc, hd);
+}
+void accumulate_tile(const AttentionKernels& k, const KvArrays<float>& kv, std::size_t row,
+                     const float* w, std::size_t rows, std::size_t n, const float* corr,
+                     float* acc) {
+  const std::size_t hd = kv.layout.head_dim;
+  k.accumulate_f32(w, kKvTile, rows, kv.v + row * hd, n, hd, corr, acc, hd);
+}
+
+// Item = (kv head g, query block qb, split sp): attends the block's query rows
+// (all G heads of group g for tokens [t0, t1)) to the split's share of
+// positions [0, start_pos + t1). With one split the result goes to out;
+// otherwise the unnormalised state goes to `partial`.
+template <typename T>
+void run_item(const Problem& p, const KvArrays<T>& kv, std::size_t item, std::size_t splits,
+              const ChunkScratch& c, float* partial) {
+  const std::size_t hd = p.head_dim, G = p.group;
+  const std::size_t sp = item % splits;
+  const std::size_t qb = (item / splits) % p.n_qblocks;
+  const std::size_t g = item / splits / p.n_qblocks;
+  const std::size_t t0 = qb * p.tokens_per_block;
+  const std::size_t t1 =
+      t0 + p.tokens_per_block < p.n_tokens ? t0 + p.tokens_per_block : p.n_tokens;
+  const std::size_t rows = (t1 - t0) * G;
+  const std::size_t kv_end = p.start_pos + t1;
+  const std::size_t begin = kv_end * sp / splits, end = kv_end * (sp + 1) / splits;
+  const std::size_t q_stride = p.n_heads * hd;
+
+  // Rows are token-major (row = (t - t0) * G + head in group), so the rows
+  // that see any position of a tile are a suffix of the block.
+  for (std::size_t r = 0; r < rows; ++r) {
+    const float* src = p.q + (t0 + r / G) * q_stride + (g * G + r % G) * hd;
+    for (std::size_t d = 0; d < hd; ++d) c.q[r * hd + d] = src[d] * p.scale;
+  }
+  float* acc = c.acc;
+  float* m = c.m;
+  float* l = c.l;
+  if (splits > 1) {
+    acc = partial;
+    m = partial + round_up(p.max_rows * hd);
+    l = m + round_up(p.max_rows);
+  }
+  for (std::size_t i = 0; i < rows * hd; ++i) acc[i] = 0.0f;
+  for (std::size_t r = 0; r < rows; ++r) {
+    m[r] = -std::numeric_limits<float>::infinity();
+    l[r] = 0.0f;
+  }
+
+  const std::size_t head_row = g * kv.layout.max_seq;  // first cache row of kv head g
+  for (std::size_t p0 = begin; p0 < end; p0 += kKvTile) {
+    const std::size_t n = end - p0 < kKvTile ? end - p0 : kKvTile;
+    // Token t sees positions <= start_pos + t: the first token that sees p0.
+    const std::size_t t_first = p0 > p.start_pos && p0 - p.start_pos > t0 ? p0 - p.start_pos : t0;
+    const std::size_t r0 = (t_first - t0) * G;
+    const std::size_t active = rows - r0;
+    score_tile(p.kernels, kv, head_row + p0, c.q + r0 * hd, hd, active, n, c.s + r0 * kKvTile);
+    const float* v_scale = kv.v_scale != nullptr ? kv.v_scale + head_row + p0 : nullptr;
+    for (std::size_t r = r0; r < rows; ++r) {
+      const std::size_t visible = p.start_pos + t0 + r / G + 1 - p0;
+      c.corr[r] = p.kernels.softmax_row(c.s + r * kKvTile, visible < n ? visible : n, n, v_scale,
+                                        &m[r], &l[r]);
+    }
+    accumulate_tile(p.kernels, kv, head_row + p0, c.s + r0 * kKvTile, active, n, c.corr + r0,
+                    acc + r0 * hd);
+  }
+
+  if (splits == 1) {
+    for (std::size_t r = 0; r < rows; ++r) {
+      float* dst = p.out + (t0 + r / G) * q_stride + (g * G + r % G) * hd;
+      const float inv = 1.0f / l[r];  // l >= 1: the max position contributes exp(0)
+      for (std::size_t d = 0; d < hd; ++d) dst[d] = acc[r * hd + d] * inv;
+    }
+  }
+}
+
+// Combines the splits of item (g, qb): the softmax states (m_s, l_s, acc_s)
+// rescaled to the common max.
+void merge_splits(const Problem& p, std::size_t base_item, const float* partials,
+                  std::size_t partial_stride) {
+  const std::size_t hd = p.head_dim, G = p.group, S = p.splits;
+  const std::size_t qb = base_item % p.n_qblocks, g = base_item / p.n_qblocks;
+  const std::size_t t0 = qb * p.tokens_per_block;
+  const std::size_t t1 =
+      t0 + p.tokens_per_block < p.n_tokens ? t0 + p.tokens_per_block : p.n_tokens;
+  const std::size_t rows = (t1 - t0) * G;
+  const std::size_t m_off = round_up(p.max_rows * hd), l_off = m_off + round_up(p.max_rows);
+  const float* first = partials + base_item * S * partial_stride;
+  for (std::size_t r = 0; r < rows; ++r) {
+    float mx = -std::numeric_limits<float>::infinity();
+    for (std::size_t s = 0; s < S; ++s) mx = std::fmax(mx, first[s * partial_stride + m_off + r]);
+    float* dst = p.out + (t0 + r / G) * p.n_heads * hd + (g * G + r % G) * hd;
+    float total = 0.0f;
+    for (std::size_t d = 0; d < hd; ++d) dst[d] = 0.0f;
+    for (std::size_t s = 0; s < S; ++s) {
+      const float* part = first + s * partial_stride;
+      if (part[l_off + r] == 0.0f) continue;  // the split saw no position of this row
+      const float f = std::exp(part[m_off + r] - mx);
+      total += part[l_off + r] * f;
+      for (std::size_t d = 0; d < hd; ++d) dst[d] += part[r * hd + d] * f;
+    }
+    const float inv = 1.0f / total;
+    for (std::size_t d = 0; d < hd; ++d) dst[d] *= inv;
+  }
+}
+
+template <typename View>
+absl::Status validate(const float* q, std::size_t n_tokens, std::size_t start_pos,
+                      std::size_t n_heads, const View& kv, bool null_cache, float scale,
+                      const float* out) {
+  if (absl::Status s = validate_kv_layout(kv.layout); !s.ok())
+    return absl::InvalidArgumentError(absl::StrCat("sdpa: kv.layout: ", s.message()));
+  const KvLayout& l = kv.layout;
+  if (null_cache) return absl::InvalidArgumentError("sdpa: kv has a null array");
+  if (n_heads == 0) return absl::InvalidArgumentError("sdpa: n_heads is 0");
+  if (n_heads % l.n_kv_heads != 0)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "sdpa: n_heads ", n_heads, " is not a multiple of kv.layout.n_kv_heads ", l.n_kv_heads));
+  if (start_pos > l.max_seq || n_tokens > l.max_seq - start_pos)
+    return absl::InvalidArgumentError(absl::StrCat("sdpa: start_pos ", start_pos, " + n_tokens ",
+                                                   n_tokens, " exceeds kv.layout.max_seq ",
+                                                   l.max_seq));
+  if (n_tokens > 0 && (q == nullptr || out == nullptr))
+    return absl::InvalidArgumentError("sdpa: q or out is null");
+  if (!std::isfinite(scale))
+    return absl::InvalidArgumentError(absl::StrCat("sdpa: scale ", scale, " is not finite"));
+  std::size_t elems = 0;
+  if (__builtin_mul_overflow(n_tokens, n_heads, &elems) ||
+      __builtin_mul_overflow(elems, l.head_dim, &elems))
+    return absl::InvalidArgumentError(
+        absl::StrCat("sdpa: n_tokens ", n_tokens, " x n_heads ", n_heads, " overflows"));
+  return absl::OkStatus();
+}
+
+template <typename T>
+absl::Status run(const float* q, std::size_t n_tokens, std::size_t start_pos, std::size_t n_heads,
+                 const KvArrays<T>& kv, float scale, float* out, MemoryAllocator& scratch,
+                 ThreadPool* pool) {
+  if (n_tokens == 0) return absl::OkStatus();
+  const KvLayout& layout = kv.layout;
+  Problem p;
+  p.q = q;
+  p.out = out;
+  p.n_tokens = n_tokens;
+  p.start_pos = start_pos;
+  p.n_heads = n_heads;
+  p.group = n_heads / layout.n_kv_heads;
+  p.head_dim = layout.head_dim;
+  p.scale = scale;
+  p.kernels = select_kernels(layout.head_dim);
+  p.tokens_per_block = p.group >= kMaxRows ? 1 : kMaxRows / p.group;
+  if (p.tokens_per_block > n_tokens) p.tokens_per_block = n_tokens;
+  p.n_qblocks = (n_tokens + p.tokens_per_block - 1) / p.tokens_per_block;
+  p.max_rows = p.tokens_per_block * p.group;
+
+  // The plan (hence the scratch size) depends on the shapes and the pool,
+  // never on start_pos: splits fill the threads when there are fewer
+  // (kv head, query block) items than threads.
+  const std::size_t threads = pool != nullptr ? pool->threads() : 1;
+  const std::size_t base_items = layout.n_kv_heads * p.n_qblocks;
+  const std::size_t plan_splits =
+      threads > 1 && base_items < threads ? (threads + base_items - 1) / base_items : 1;
+  const std::size_t plan_items = base_items * plan_splits;
+  const std::size_t plan_chunks = plan_items < threads ? plan_items : threads;
+
+  const std::size_t chunk_stride = chunk_floats(p.max_rows, p.head_dim);
+  const std::size_t partial_stride = partial_floats(p.max_rows, p.head_dim);
+  const std::size_t total =
+      plan_chunks * chunk_stride + (plan_splits > 1 ? plan_items * partial_stride : 0);
+  float* buf = scratch.allocate_array<float>(total);
+  if (buf == nullptr)
+    return absl::ResourceExhaustedError(absl::StrCat("sdpa: cannot allocate ",
+                                                     total * sizeof(float),
+                                                     " bytes of scratch (tiles, accumulators)"));
+  float* const partials = buf + plan_chunks * chunk_stride;  // used when splitting
+
+  // Multiply-adds of the QK^T half: rows x visible positions x head_dim.
+  const double work = static_cast<double>(n_tokens) * static_cast<double>(n_heads) *
+                      static_cast<double>(start_pos + (n_tokens + 1) / 2) *
+                      static_cast<double>(p.head_dim);
+  const bool parallel = plan_chunks > 1 && work >= static_cast<double>(kParallelWork);
+  p.splits = parallel ? plan_splits : 1;
+  const std::size_t items = base_items * p.splits;
+
+  if (!parallel) {
+    const ChunkScratch c = carve_chunk(buf, p.max_rows, p.head_dim);
+    for (std::size_t i = 0; i < items; ++i) run_item(p, kv, i, 1, c, nullptr);
+    return absl::OkStatus();
+  }
+  // Items are dealt round-robin, so each chunk gets a mix of early (short) and
+  // late (long) query blocks of a causal prefill.
+  pool->parallel_chunks(plan_chunks, plan_chunks, [&](std::size_t chunk, std::size_t, std::size_t) {
+    const ChunkScratch c = carve_chunk(buf + chunk * chunk_stride, p.max_rows, p.head_dim);
+    for (std::size_t i = chunk; i < items; i += plan_chunks)
+      run_item(p, kv, i, p.splits, c, p.splits > 1 ? partials + i * partial_stride : nullptr);
+  });
+  if (p.splits > 1) {
+    for (std::size_t b = 0; b < base_items; ++b) merge_splits(p, b, partials, partial_stride);
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status sdpa(const float* q, std::size_t n_tokens, std::size_t start_pos, std::size_t n_heads,
+                  const QuantizedKvView& kv, float scale, float* out, MemoryAllocator& scratch,
+                  ThreadPool* pool) {
+  const bool null_cache =
+      kv.k == nullptr || kv.v == nullptr || kv.k_scale == nullptr || kv.v_scale == nullptr;
+  if (absl::Status s = validate(q, n_tokens, start_pos, n_heads, kv, null_cache, scale, out);
+      !s.ok())
+    return s;
+  const KvArrays<std::int8_t> arrays{kv.k, kv.v, kv.k_scale, kv.v_scale, kv.layout};
+  return run(q, n_tokens, start_pos, n_heads, arrays, scale, out, scratch, pool);
+}
+
+absl::Status sdpa(const float* q, std::size_t n_tokens, std::size_t start_pos, std::size_t n_heads,
+                  const FloatKvView& kv, float scale, float* out, MemoryAllocator& scratch,
+                  ThreadPool* pool) {
+  const bool null_cache = kv.k == nullptr || kv.v == nullptr;
+  if (absl::Status s = validate(q, n_tokens, start_pos, n_heads, kv, null_cache, scale, out);
+      !s.ok())
+    return s;
+  const KvArrays<float> arrays{kv.k, kv.v, nullptr, nullptr, kv.layout};
+  return run(q, n_tokens, start_pos, n_heads, arrays, scale, out, scratch, pool);
+}
+
+}  // namespace hearth::kernels

@@ -1,0 +1,67 @@
+// Causal scaled-dot-product attention over one layer's KV cache
+// (kernels/kv_cache.h), with grouped-query heads.
+//
+// For query head h of token i (absolute position start_pos + i), with
+// G = n_heads / n_kv_heads and kv head g = h / G:
+//
+//   s_p    = scale * dot(q[i][h], K[g][p])          p = 0 .. start_pos + i
+//   out[i][h] = sum_p softmax(s)_p * V[g][p]
+//
+// q and out: [n_tokens][n_heads * head_dim] floats (head h of token i at
+// i * n_heads * head_dim + h * head_dim), the layout of the Q projection's
+// output. out may be the same array as q (attention in place); no other
+// overlap is allowed. The K/V of every position up to start_pos + n_tokens - 1
+// must already be in the cache (kv_append the new tokens first). scale is
+// usually 1 / sqrt(head_dim).
+//
+// How it runs (flash attention): the KV positions are walked in tiles of 128
+// with an online softmax (running max and sum, the accumulator rescaled when
+// the max grows), so the scratch memory does not depend on the context length.
+// All query heads of one GQA group, for a block of up to 64 / G tokens, are
+// processed together, so each K/V tile is read from memory once per group.
+// Work items are (kv head x query block), and when there are fewer items than
+// threads (e.g. decoding with few KV heads) each item's positions are split
+// across threads too and the partial softmax states merged. The int8 cache is
+// read directly: rows are converted in registers and the per-row scales
+// applied to the dot product (K) and folded into the softmax weights (V);
+// nothing is dequantized to memory.
+//
+// Paths: AVX-512 for head_dim a multiple of 16, AVX2 for a multiple of 8,
+// scalar for any other head_dim (every head_dim >= 1 is supported). With
+// AVX-512 VNNI (head_dim <= 512) the int8 K dot products run in integers: each
+// scaled query row is rounded to int16 (a relative step of 2^-15 of its
+// largest element, ~1/250 of the relative step of int8 K) and multiplied with
+// the int8 K rows by VPDPWSSD, about half the instructions of float math.
+//
+// Memory: scratch buffers come from `scratch` (the calling thread's temp
+// allocator), allocated on the calling thread before any work fans out; their
+// size depends on n_heads, n_kv_heads, head_dim, n_tokens and the pool's
+// thread count, never on start_pos. No heap allocation. pool may be nullptr
+// (run on the caller); small problems run on the caller anyway.
+//
+// Errors: InvalidArgument naming the field (n_heads not a multiple of
+// n_kv_heads, start_pos + n_tokens > max_seq, null pointers, invalid layout,
+// non-finite scale); ResourceExhausted if scratch cannot be allocated.
+// n_tokens = 0 is a no-op.
+#pragma once
+
+#include <cstddef>
+
+#include "absl/status/status.h"
+#include "kernels/kv_cache.h"
+#include "kernels/thread_pool.h"
+#include "memory/memory_allocator.h"
+
+namespace hearth::kernels {
+
+// Attention over an int8 cache.
+absl::Status sdpa(const float* q, std::size_t n_tokens, std::size_t start_pos, std::size_t n_heads,
+                  const QuantizedKvView& kv, float scale, float* out, MemoryAllocator& scratch,
+                  ThreadPool* pool);
+
+// Attention over a float cache (same contract).
+absl::Status sdpa(const float* q, std::size_t n_tokens, std::size_t start_pos, std::size_t n_heads,
+                  const FloatKvView& kv, float scale, float* out, MemoryAllocator& scratch,
+                  ThreadPool* pool);
+
+}  // namespace hearth::kernels

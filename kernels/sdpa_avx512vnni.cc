@@ -1,0 +1,194 @@
+// AVX-512 VNNI scores over the int8 K cache (kernels/sdpa_impl.h); head_dim a
+// multiple of 16, at most kVnniMaxHeadDim. The rest of the VNNI path is the
+// AVX-512 code.
+//
+// Why integers: with float math each int8 K element costs a sign extension,
+// a conversion and one FMA per query row. Here each block of query rows is
+// rounded to int16 once per tile (scale amax / Qmax, error <= 2^-16 of the
+// row's largest element) and K is only sign-extended to int16, then
+// VPDPWSSD multiplies 32 pairs per instruction into int32: about half the
+// instructions per K row. The int32 sums are exact; the scores are
+// (sum * q_scale) * k_scale.
+//
+// Overflow: |sum| <= head_dim * Qmax * 127 < 2^31 by the choice of Qmax.
+#include <immintrin.h>
+
+#include <cstring>
+
+#include "kernels/sdpa_impl.h"
+
+namespace hearth::kernels::sdpa_detail {
+namespace {
+
+#define HEARTH_SDPA_INLINE inline __attribute__((always_inline))
+
+// Prefetches the bytes kPrefetchL1Bytes and kPrefetchL2Bytes ahead of p.
+HEARTH_SDPA_INLINE void prefetch_ahead(const void* p) {
+  const char* c = static_cast<const char*>(p);
+  _mm_prefetch(c + kPrefetchL1Bytes, _MM_HINT_T0);
+  _mm_prefetch(c + kPrefetchL2Bytes, _MM_HINT_T2);
+}
+
+// acc += pairwise dot products of a and b (int16 -> int32). Inline asm
+// because GCC 12 copies the accumulator around the intrinsic's tied operand,
+// doubling the instructions of the inner loop.
+HEARTH_SDPA_INLINE __m512i dpwssd(__m512i acc, __m512i a, __m512i b) {
+  asm("vpdpwssd %2, %1, %0" : "+v"(acc) : "v"(a), "v"(b));
+  return acc;
+}
+
+// Head_dim rounded up to the 32 int16 lanes of one register.
+constexpr std::size_t kPad = 32;
+
+// 32 int8 of a K row -> 32 int16; `full` false reads only 16 (a row's tail).
+HEARTH_SDPA_INLINE __m512i load_k16(const std::int8_t* p, bool full) {
+  const __m256i b =
+      full ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))
+           : _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  return _mm512_cvtepi8_epi16(b);
+}
+
+// Lane i of the result is the sum of the lanes of a[i].
+HEARTH_SDPA_INLINE __m512i reduce16(const __m512i* a) {
+  __m512i t[8];
+  for (int i = 0; i < 8; ++i)
+    t[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(a[2 * i], a[2 * i + 1]),
+                            _mm512_unpackhi_epi32(a[2 * i], a[2 * i + 1]));
+  __m512i u[4];
+  for (int i = 0; i < 4; ++i)
+    u[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(t[2 * i], t[2 * i + 1]),
+                            _mm512_unpackhi_epi64(t[2 * i], t[2 * i + 1]));
+  __m512i v[2];
+  for (int i = 0; i < 2; ++i)
+    v[i] = _mm512_add_epi32(_mm512_shuffle_i32x4(u[2 * i], u[2 * i + 1], 0x88),
+                            _mm512_shuffle_i32x4(u[2 * i], u[2 * i + 1], 0xdd));
+  return _mm512_add_epi32(_mm512_shuffle_i32x4(v[0], v[1], 0x88),
+                          _mm512_shuffle_i32x4(v[0], v[1], 0xdd));
+}
+
+// Integer dot products of R int16 query rows (stride ld, zero-padded to a
+// multiple of 32) with P consecutive K rows; sums[r * P + p] as float.
+template <int R, int P>
+HEARTH_SDPA_INLINE void dot_step(const std::int16_t* q, std::size_t ld, const std::int8_t* k,
+                                 std::size_t head_dim, std::size_t d, bool full, __m512i* acc) {
+  __m512i kv[P];
+  for (int p = 0; p < P; ++p) {
+    prefetch_ahead(k + p * head_dim + d);
+    kv[p] = load_k16(k + p * head_dim + d, full);
+  }
+  for (int r = 0; r < R; ++r) {
+    const __m512i qv = _mm512_loadu_si512(q + r * ld + d);
+    for (int p = 0; p < P; ++p) acc[r * P + p] = dpwssd(acc[r * P + p], qv, kv[p]);
+  }
+}
+
+// Integer dot products of R int16 query rows (stride ld, zero-padded to a
+// multiple of 32) with P consecutive K rows: lane r * P + p, as float.
+template <int R, int P>
+HEARTH_SDPA_INLINE __m512 dot_block(const std::int16_t* q, std::size_t ld, const std::int8_t* k,
+                                    std::size_t head_dim) {
+  static_assert(R * P <= 16);
+  __m512i acc[16];
+  for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_si512();
+  std::size_t d = 0;
+  for (; d + kPad <= head_dim; d += kPad) dot_step<R, P>(q, ld, k, head_dim, d, true, acc);
+  if (d < head_dim) dot_step<R, P>(q, ld, k, head_dim, d, false, acc);
+  return _mm512_cvtepi32_ps(reduce16(acc));
+}
+
+// Rounds R query rows to int16 (zero-padded); returns their scales in qs.
+template <int R>
+HEARTH_SDPA_INLINE void quantize_rows(const float* q, std::size_t ld_q, std::size_t head_dim,
+                                      float q_max, std::int16_t* out, std::size_t ld, float* qs) {
+  for (int r = 0; r < R; ++r) {
+    const float* row = q + r * ld_q;
+    __m512 vmax = _mm512_setzero_ps();
+    for (std::size_t d = 0; d < head_dim; d += 16)
+      vmax = _mm512_max_ps(vmax, _mm512_abs_ps(_mm512_loadu_ps(row + d)));
+    const float amax = _mm512_reduce_max_ps(vmax);
+    qs[r] = amax / q_max;
+    const __m512 inv = _mm512_set1_ps(amax > 0.0f ? q_max / amax : 0.0f);
+    std::int16_t* dst = out + r * ld;
+    for (std::size_t d = 0; d < head_dim; d += 16)
+      _mm256_storeu_si256(
+          reinterpret_cast<__m256i*>(dst + d),
+          _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(row + d), inv))));
+    if (head_dim % kPad != 0)
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + head_dim), _mm256_setzero_si256());
+  }
+}
+
+// k_scale[j .. j + P) repeated R times, to match dot_block's lanes.
+template <int P>
+HEARTH_SDPA_INLINE __m512 scale_lanes(const float* k_scale) {
+  if constexpr (P == 8) return _mm512_broadcast_f32x8(_mm256_loadu_ps(k_scale));
+  if constexpr (P == 4) return _mm512_broadcast_f32x4(_mm_loadu_ps(k_scale));
+  return _mm512_set1_ps(k_scale[0]);
+}
+
+// Writes lanes r * P + p of v to s[r * ld_s + p].
+template <int R, int P>
+HEARTH_SDPA_INLINE void store_block(__m512 v, float* s, std::size_t ld_s) {
+  alignas(64) float lanes[16];
+  _mm512_store_ps(lanes, v);
+  for (int r = 0; r < R; ++r) std::memcpy(s + r * ld_s, lanes + r * P, P * sizeof(float));
+}
+
+// Lane r * P + p = qs[r].
+template <int R, int P>
+HEARTH_SDPA_INLINE __m512 row_lanes(const float* qs) {
+  alignas(64) float lanes[16] = {};
+  for (int r = 0; r < R; ++r)
+    for (int p = 0; p < P; ++p) lanes[r * P + p] = qs[r];
+  return _mm512_load_ps(lanes);
+}
+
+template <int R, int P>
+void score_rows(const float* q, std::size_t ld_q, const std::int8_t* k, const float* k_scale,
+                std::size_t n, std::size_t head_dim, float* s, std::size_t ld_s) {
+  constexpr std::size_t kLd = kVnniMaxHeadDim;
+  alignas(64) std::int16_t q16[R * kLd];
+  float qs[R];
+  // Largest Qmax (<= 32767) with head_dim * Qmax * 127 < 2^31.
+  const std::size_t padded = (head_dim + kPad - 1) / kPad * kPad;
+  const std::size_t limit = 2147483647u / (127u * padded);
+  const float q_max = static_cast<float>(limit < 32767 ? limit : 32767);
+  quantize_rows<R>(q, ld_q, head_dim, q_max, q16, kLd, qs);
+  const __m512 q_scale = row_lanes<R, P>(qs), q_scale1 = row_lanes<R, 1>(qs);
+  std::size_t j = 0;
+  for (; j + P <= n; j += P) {
+    const __m512 v = dot_block<R, P>(q16, kLd, k + j * head_dim, head_dim);
+    store_block<R, P>(_mm512_mul_ps(_mm512_mul_ps(v, q_scale), scale_lanes<P>(k_scale + j)), s + j,
+                      ld_s);
+  }
+  for (; j < n; ++j) {
+    const __m512 v = dot_block<R, 1>(q16, kLd, k + j * head_dim, head_dim);
+    store_block<R, 1>(_mm512_mul_ps(_mm512_mul_ps(v, q_scale1), scale_lanes<1>(k_scale + j)), s + j,
+                      ld_s);
+  }
+}
+
+}  // namespace
+
+void scores_q8_avx512vnni(const float* q, std::size_t ld_q, std::size_t rows, const std::int8_t* k,
+                          const float* k_scale, std::size_t n, std::size_t head_dim, float* s,
+                          std::size_t ld_s) {
+  std::size_t r = 0;
+  for (; r + 4 <= rows; r += 4)
+    score_rows<4, 4>(q + r * ld_q, ld_q, k, k_scale, n, head_dim, s + r * ld_s, ld_s);
+  switch (rows - r) {
+    case 3:
+      score_rows<3, 4>(q + r * ld_q, ld_q, k, k_scale, n, head_dim, s + r * ld_s, ld_s);
+      break;
+    case 2:
+      score_rows<2, 8>(q + r * ld_q, ld_q, k, k_scale, n, head_dim, s + r * ld_s, ld_s);
+      break;
+    case 1:
+      score_rows<1, 8>(q + r * ld_q, ld_q, k, k_scale, n, head_dim, s + r * ld_s, ld_s);
+      break;
+    default:
+      break;
+  }
+}
+
+}  // namespace hearth::kernels::sdpa_detail

@@ -1,0 +1,80 @@
+// Private to kernels/: the per-ISA building blocks of kv_append and sdpa.
+// Not part of the API; kv_cache.cc and sdpa.cc dispatch to these.
+//
+// sdpa.cc owns the algorithm (tiling, masking, work split, scratch); the
+// per-ISA files provide the inner loops over one KV tile, so every path runs
+// the same schedule and differs only in arithmetic order.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+namespace hearth::kernels::sdpa_detail {
+
+// KV positions per tile. A tile's int8 K (or V) rows are 16 KiB at head_dim
+// 128 and its score rows 512 bytes, so a tile stays in L1/L2 while every
+// query row of a GQA group uses it.
+inline constexpr std::size_t kKvTile = 128;
+
+// The SIMD loops prefetch the K/V bytes this far ahead of those they read,
+// into L1 and, further ahead, into L2: on one core the hardware prefetcher
+// alone leaves decode well short of the streaming bandwidth (best of runs on
+// the development VM, one thread, context 4096: int8 5.6 -> 8.4 GB/s, float
+// 8.2 -> 11.5 GB/s, of 11.6). Past a tile's end the next tile's rows follow
+// contiguously, so the streams never break.
+inline constexpr std::size_t kPrefetchL1Bytes = 2048;
+inline constexpr std::size_t kPrefetchL2Bytes = 8192;
+
+// The inner loops over one KV tile of n positions (n <= kKvTile).
+//
+// Notation: q is `rows` query rows of head_dim floats with stride ld_q,
+// already multiplied by the softmax scale; s and w are score / weight rows
+// with stride ld_s; acc is `rows` accumulator rows with stride ld_acc.
+struct AttentionKernels {
+  // s[r][j] = dot(q[r], k[j]) * k_scale[j]    (k: n rows of head_dim int8)
+  void (*scores_q8)(const float* q, std::size_t ld_q, std::size_t rows, const std::int8_t* k,
+                    const float* k_scale, std::size_t n, std::size_t head_dim, float* s,
+                    std::size_t ld_s);
+  // s[r][j] = dot(q[r], k[j])                 (k: n rows of head_dim floats)
+  void (*scores_f32)(const float* q, std::size_t ld_q, std::size_t rows, const float* k,
+                     std::size_t n, std::size_t head_dim, float* s, std::size_t ld_s);
+  // Online-softmax step for one row whose first n_valid (>= 1) of n scores
+  // are unmasked: m' = max(*m, max s[0..n_valid)); returns corr = exp(*m - m')
+  // (0 when *m is -inf); *l = *l * corr + sum_j exp(s[j] - m'); *m = m'.
+  // Overwrites s[j] with the weight exp(s[j] - m') * v_scale[j] (v_scale
+  // nullptr: 1) for j < n_valid and 0 for n_valid <= j < n.
+  float (*softmax_row)(float* s, std::size_t n_valid, std::size_t n, const float* v_scale, float* m,
+                       float* l);
+  // acc[r][d] = acc[r][d] * corr[r] + sum_j w[r][j] * v[j][d]   (v int8)
+  void (*accumulate_q8)(const float* w, std::size_t ld_w, std::size_t rows, const std::int8_t* v,
+                        std::size_t n, std::size_t head_dim, const float* corr, float* acc,
+                        std::size_t ld_acc);
+  // Same with float v.
+  void (*accumulate_f32)(const float* w, std::size_t ld_w, std::size_t rows, const float* v,
+                         std::size_t n, std::size_t head_dim, const float* corr, float* acc,
+                         std::size_t ld_acc);
+};
+
+// Scalar reference: any head_dim.
+extern const AttentionKernels kScalarAttention;
+// AVX2: head_dim a multiple of 8.
+extern const AttentionKernels kAvx2Attention;
+// AVX-512: head_dim a multiple of 16.
+extern const AttentionKernels kAvx512Attention;
+
+// AVX-512 VNNI replaces AVX-512's scores_q8 with this one (int16 query rows,
+// VPDPWSSD) for head_dim a multiple of 16 up to kVnniMaxHeadDim (its int16
+// query block lives on the stack). Each query element is rounded to a step of
+// amax(|row|) / Qmax with Qmax = min(32767, floor((2^31 - 1) / (127 *
+// round_up(head_dim, 32)))), which keeps the int32 sums from overflowing.
+inline constexpr std::size_t kVnniMaxHeadDim = 512;
+void scores_q8_avx512vnni(const float* q, std::size_t ld_q, std::size_t rows, const std::int8_t* k,
+                          const float* k_scale, std::size_t n, std::size_t head_dim, float* s,
+                          std::size_t ld_s);
+
+// kv_cache.h's quantize_kv_row, per path; bit-identical results.
+float quantize_kv_row_scalar(const float* x, std::size_t n, std::int8_t* q);
+float quantize_kv_row_avx2(const float* x, std::size_t n, std::int8_t* q);
+float quantize_kv_row_avx512(const float* x, std::size_t n, std::int8_t* q);
+
+}  // namespace hearth::kernels::sdpa_detail

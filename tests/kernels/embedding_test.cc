@@ -1,0 +1,200 @@
+// Tests of kernels/embedding.h: every table type on every ISA path against a
+// naive decoder written here from the byte layout of each format. Decoding is
+// exact (one product or an exact conversion per element), so results must
+// match bit for bit: the tolerance is zero.
+#include "kernels/embedding.h"
+
+#include <gtest/gtest.h>
+
+#include <cstdint>
+#include <cstring>
+#include <limits>
+#include <random>
+#include <vector>
+
+#include "kernels/cpu_features.h"
+#include "kernels/dtype.h"
+#include "kernels/fp16.h"
+#include "kernels/gguf_blocks.h"
+#include "kernels/thread_pool.h"
+#include "tests/support/heap_counter.h"
+
+namespace hearth::kernels {
+namespace {
+
+const DType kTypes[] = {DType::kF32, DType::kF16, DType::kBF16, DType::kQ8_0, DType::kQ4_0};
+
+// A [vocab][dim] table of `type` from random floats, built byte by byte.
+std::vector<std::uint8_t> make_table(DType type, std::size_t vocab, std::size_t dim,
+                                     std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.5f);
+  std::vector<float> w(vocab * dim);
+  for (float& v : w) v = dist(rng);
+  std::vector<std::uint8_t> t(vocab * row_bytes(type, dim));
+  for (std::size_t r = 0; r < vocab; ++r) {
+    std::uint8_t* row = t.data() + r * row_bytes(type, dim);
+    const float* x = w.data() + r * dim;
+    switch (type) {
+      case DType::kF32:
+        std::memcpy(row, x, dim * 4);
+        break;
+      case DType::kF16:
+        for (std::size_t i = 0; i < dim; ++i) {
+          const std::uint16_t h = f32_to_fp16(x[i]);
+          std::memcpy(row + 2 * i, &h, 2);
+        }
+        break;
+      case DType::kBF16:
+        for (std::size_t i = 0; i < dim; ++i) {
+          std::uint32_t bits;
+          std::memcpy(&bits, &x[i], 4);
+          const auto h = static_cast<std::uint16_t>(bits >> 16);  // truncation is fine here
+          std::memcpy(row + 2 * i, &h, 2);
+        }
+        break;
+      case DType::kQ8_0:
+        quantize_row_q8_0(x, reinterpret_cast<BlockQ8_0*>(row), dim);
+        break;
+      case DType::kQ4_0:
+        quantize_row_q4_0(x, reinterpret_cast<BlockQ4_0*>(row), dim);
+        break;
+    }
+  }
+  return t;
+}
+
+// Element i of row r, read straight from the format's bytes.
+float naive_element(const std::vector<std::uint8_t>& t, DType type, std::size_t dim, std::size_t r,
+                    std::size_t i) {
+  const std::uint8_t* row = t.data() + r * row_bytes(type, dim);
+  std::uint16_t h;
+  switch (type) {
+    case DType::kF32: {
+      float f;
+      std::memcpy(&f, row + 4 * i, 4);
+      return f;
+    }
+    case DType::kF16:
+      std::memcpy(&h, row + 2 * i, 2);
+      return fp16_to_f32(h);
+    case DType::kBF16: {
+      std::memcpy(&h, row + 2 * i, 2);
+      const std::uint32_t bits = std::uint32_t{h} << 16;
+      float f;
+      std::memcpy(&f, &bits, 4);
+      return f;
+    }
+    case DType::kQ8_0: {
+      const std::uint8_t* block = row + (i / 32) * 34;  // 2-byte fp16 scale, then 32 int8
+      std::memcpy(&h, block, 2);
+      return fp16_to_f32(h) * static_cast<float>(static_cast<std::int8_t>(block[2 + i % 32]));
+    }
+    case DType::kQ4_0: {
+      const std::uint8_t* block = row + (i / 32) * 18;  // 2-byte fp16 scale, then 16 bytes
+      std::memcpy(&h, block, 2);
+      const std::size_t j = i % 32;
+      const int q = j < 16 ? (block[2 + j] & 0x0f) : (block[2 + j - 16] >> 4);
+      return fp16_to_f32(h) * static_cast<float>(q - 8);
+    }
+  }
+  return 0.0f;
+}
+
+bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
+
+std::vector<std::size_t> dims_for(DType type) {
+  if (type == DType::kQ8_0 || type == DType::kQ4_0) return {32, 96, 4096};
+  return {1, 7, 33, 100, 4097};
+}
+
+TEST(Embedding, EveryTypeOnEveryPathMatchesTheNaiveDecoderExactly) {
+  const std::size_t vocab = 37;
+  const std::vector<std::int32_t> ids = {0, 36, 5, 5, 17, 1, 35};
+  for (DType type : kTypes) {
+    for (std::size_t dim : dims_for(type)) {
+      const auto table = make_table(type, vocab, dim, static_cast<std::uint32_t>(dim) * 7 + 1);
+      for (Isa isa : supported_isas()) {
+        ScopedIsa forced(isa);
+        for (std::size_t n : {std::size_t{1}, ids.size()}) {
+          std::vector<float> out(n * dim + 1, -7.0f);
+          ASSERT_TRUE(
+              embedding_lookup(table.data(), type, vocab, dim, ids.data(), n, out.data()).ok());
+          for (std::size_t t = 0; t < n; ++t)
+            for (std::size_t i = 0; i < dim; ++i)
+              ASSERT_TRUE(same_bits(out[t * dim + i],
+                                    naive_element(table, type, dim, std::size_t(ids[t]), i)))
+                  << dtype_name(type) << " " << isa_name(isa) << " dim=" << dim << " t=" << t
+                  << " i=" << i;
+          EXPECT_EQ(out[n * dim], -7.0f) << "wrote past the end";
+        }
+      }
+    }
+  }
+}
+
+TEST(Embedding, BadIdsAreOutOfRangeAndLeaveTheOutputUntouched) {
+  const std::size_t vocab = 10, dim = 64;
+  for (DType type : kTypes) {
+    const auto table = make_table(type, vocab, dim, 3);
+    for (std::int32_t bad : {-1, 10, std::numeric_limits<std::int32_t>::max(),
+                             std::numeric_limits<std::int32_t>::min()}) {
+      const std::int32_t ids[] = {0, 9, bad, 1};
+      std::vector<float> out(4 * dim, -7.0f);
+      const absl::Status s = embedding_lookup(table.data(), type, vocab, dim, ids, 4, out.data());
+      EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange) << s;
+      EXPECT_NE(s.message().find("ids[2] = " + std::to_string(bad)), std::string::npos) << s;
+      for (float v : out) ASSERT_EQ(v, -7.0f) << "output written despite the error";
+    }
+  }
+}
+
+TEST(Embedding, InvalidArgumentsAreReported) {
+  const auto table = make_table(DType::kQ8_0, 4, 64, 9);
+  const std::int32_t ids[] = {1};
+  std::vector<float> out(64);
+  EXPECT_EQ(embedding_lookup(table.data(), DType::kQ8_0, 4, 48, ids, 1, out.data()).code(),
+            absl::StatusCode::kInvalidArgument);  // 48 is not a multiple of 32
+  EXPECT_EQ(embedding_lookup(table.data(), DType::kQ4_0, 4, 0, ids, 1, out.data()).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(embedding_lookup(nullptr, DType::kF32, 4, 64, ids, 1, out.data()).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(embedding_lookup(table.data(), DType::kF32, 4, 16, nullptr, 1, out.data()).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(embedding_lookup(table.data() + 1, DType::kF16, 4, 16, ids, 1, out.data()).code(),
+            absl::StatusCode::kInvalidArgument);  // odd address
+  EXPECT_EQ(
+      embedding_lookup(table.data(), static_cast<DType>(99), 4, 16, ids, 1, out.data()).code(),
+      absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(embedding_lookup(nullptr, DType::kF32, 4, 64, nullptr, 0, nullptr).ok());  // n = 0
+}
+
+// 64 tokens x 4096 = 262144 elements: split across the pool; same bits.
+TEST(Embedding, PoolGivesTheSameBitsAndNoHeapAllocation) {
+  ThreadPool pool(2);
+  const std::size_t vocab = 100, dim = 4096, n = 64;
+  std::vector<std::int32_t> ids(n);
+  for (std::size_t t = 0; t < n; ++t) ids[t] = static_cast<std::int32_t>((t * 37) % vocab);
+  for (DType type : kTypes) {
+    const auto table = make_table(type, vocab, dim, 21);
+    for (Isa isa : supported_isas()) {
+      ScopedIsa forced(isa);
+      std::vector<float> one(n * dim), two(n * dim);
+      ASSERT_TRUE(embedding_lookup(table.data(), type, vocab, dim, ids.data(), n, one.data()).ok());
+      ASSERT_TRUE(
+          embedding_lookup(table.data(), type, vocab, dim, ids.data(), n, two.data(), &pool).ok());
+      for (std::size_t i = 0; i < one.size(); ++i)
+        ASSERT_TRUE(same_bits(one[i], two[i])) << dtype_name(type) << " " << isa_name(isa);
+      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        hearth::testing::HeapCounter counter;
+        const absl::Status s =
+            embedding_lookup(table.data(), type, vocab, dim, ids.data(), n, two.data(), p);
+        EXPECT_EQ(counter.allocations(), 0u) << dtype_name(type) << " " << isa_name(isa);
+        EXPECT_TRUE(s.ok());
+      }
+    }
+  }
+}
+
+}  // namespace
+}  // namespace hearth::kernels

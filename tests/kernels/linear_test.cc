@@ -1,0 +1,477 @@
+#include "kernels/linear.h"
+
+#include <gtest/gtest.h>
+
+#include <cfloat>
+#include <cmath>
+#include <cstring>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "kernels/cpu_features.h"
+#include "kernels/fp16.h"
+#include "kernels/gguf_blocks.h"
+#include "kernels/thread_pool.h"
+#include "memory/caching_allocator.h"
+#include "tests/support/heap_counter.h"
+
+namespace hearth::kernels {
+namespace {
+
+using Format = Linear::Format;
+using AQ = Linear::ActivationQuant;
+
+const char* aq_name(AQ aq) { return aq == AQ::kPerGroup32 ? "per-group" : "per-token"; }
+const char* format_name(Format f) {
+  return f == Format::kQ8_0 ? "q8_0" : f == Format::kQ4_0 ? "q4_0" : "f32";
+}
+
+// ---------------------------------------------------------------------------
+// Test data and an independent implementation of the documented semantics,
+// written from kernels/linear.h's description (GGUF blocks in, no packing).
+
+struct QuantWeights {
+  Format format;
+  std::size_t n_out, n_in;
+  std::vector<BlockQ8_0> q8;
+  std::vector<BlockQ4_0> q4;
+  std::vector<float> dequant;  // n_out x n_in
+
+  int w(std::size_t row, std::size_t k) const {  // the integer weight
+    const std::size_t blocks = n_in / 32, b = k / 32, i = k % 32;
+    if (format == Format::kQ8_0) return q8[row * blocks + b].qs[i];
+    const std::uint8_t byte = q4[row * blocks + b].qs[i % 16];
+    return (i < 16 ? (byte & 0x0f) : (byte >> 4)) - 8;
+  }
+  float d(std::size_t row, std::size_t b) const {
+    return fp16_to_f32(format == Format::kQ8_0 ? q8[row * (n_in / 32) + b].d
+                                               : q4[row * (n_in / 32) + b].d);
+  }
+};
+
+QuantWeights make_weights(Format format, std::size_t n_out, std::size_t n_in, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 0.5f);
+  std::vector<float> w(n_out * n_in);
+  for (float& v : w) v = dist(rng);
+  QuantWeights q{format, n_out, n_in, {}, {}, std::vector<float>(n_out * n_in)};
+  const std::size_t blocks = n_in / 32;
+  if (format == Format::kQ8_0) {
+    q.q8.resize(n_out * blocks);
+    for (std::size_t r = 0; r < n_out; ++r)
+      quantize_row_q8_0(&w[r * n_in], &q.q8[r * blocks], n_in);
+    // -128 is valid Q8_0 although the reference quantizer never writes it:
+    // the non-VNNI paths must handle it without int8 overflow.
+    for (std::size_t i = 0; i < q.q8.size(); i += 3) q.q8[i].qs[i % 32] = -128;
+    for (std::size_t r = 0; r < n_out; ++r)
+      dequantize_row_q8_0(&q.q8[r * blocks], &q.dequant[r * n_in], n_in);
+  } else {
+    q.q4.resize(n_out * blocks);
+    for (std::size_t r = 0; r < n_out; ++r)
+      quantize_row_q4_0(&w[r * n_in], &q.q4[r * blocks], n_in);
+    for (std::size_t r = 0; r < n_out; ++r)
+      dequantize_row_q4_0(&q.q4[r * blocks], &q.dequant[r * n_in], n_in);
+  }
+  return q;
+}
+
+absl::StatusOr<Linear> make_linear(const QuantWeights& q) {
+  return q.format == Format::kQ8_0 ? Linear::from_q8_0(q.q8.data(), q.n_out, q.n_in)
+                                   : Linear::from_q4_0(q.q4.data(), q.n_out, q.n_in);
+}
+
+// Activations: normal values, a few large outliers, and an all-zero block in
+// the first token (d = 0).
+std::vector<float> make_activations(std::size_t m, std::size_t n_in, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> x(m * n_in);
+  for (float& v : x) v = dist(rng);
+  for (std::size_t i = 0; i < x.size(); i += 97) x[i] *= 20.0f;
+  if (n_in >= 64)
+    for (std::size_t i = 32; i < 64; ++i) x[i] = 0.0f;
+  return x;
+}
+
+// The documented activation quantization: d = amax / 127, q = round half to
+// even (x * (1 / d)), amax per block or per token (below 1e-30 counts as 0).
+struct QuantActs {
+  std::vector<int> q;      // m x n_in
+  std::vector<float> d;    // m x blocks (per token: repeated)
+  std::vector<float> deq;  // q * d
+};
+
+QuantActs quantize_acts(const std::vector<float>& x, std::size_t m, std::size_t n_in, AQ aq) {
+  const std::size_t blocks = n_in / 32;
+  QuantActs a{std::vector<int>(m * n_in), std::vector<float>(m * blocks),
+              std::vector<float>(m * n_in)};
+  for (std::size_t t = 0; t < m; ++t) {
+    float row_amax = 0.0f;
+    for (std::size_t k = 0; k < n_in; ++k)
+      row_amax = std::max(row_amax, std::fabs(x[t * n_in + k]));
+    for (std::size_t b = 0; b < blocks; ++b) {
+      float amax = row_amax;
+      if (aq == AQ::kPerGroup32) {
+        amax = 0.0f;
+        for (std::size_t i = 0; i < 32; ++i)
+          amax = std::max(amax, std::fabs(x[t * n_in + b * 32 + i]));
+      }
+      const float d = amax < 1e-30f ? 0.0f : amax / 127.0f;
+      const float id = d == 0.0f ? 0.0f : 1.0f / d;
+      a.d[t * blocks + b] = d;
+      for (std::size_t i = 0; i < 32; ++i) {
+        const std::size_t k = t * n_in + b * 32 + i;
+        a.q[k] = static_cast<int>(std::nearbyint(x[k] * id));
+        a.deq[k] = static_cast<float>(a.q[k]) * d;
+      }
+    }
+  }
+  return a;
+}
+
+// The float operations kernels/linear.h specifies, in its order.
+std::vector<float> spec_forward(const QuantWeights& w, const QuantActs& a, std::size_t m, AQ aq) {
+  const std::size_t blocks = w.n_in / 32;
+  std::vector<float> y(m * w.n_out);
+  for (std::size_t t = 0; t < m; ++t)
+    for (std::size_t o = 0; o < w.n_out; ++o) {
+      float acc = 0.0f;
+      for (std::size_t b = 0; b < blocks; ++b) {
+        std::int32_t dot = 0;
+        for (std::size_t i = 0; i < 32; ++i)
+          dot += w.w(o, b * 32 + i) * a.q[t * w.n_in + b * 32 + i];
+        const float dw = w.d(o, b);
+        acc = aq == AQ::kPerToken
+                  ? std::fma(static_cast<float>(dot), dw, acc)
+                  : std::fma(static_cast<float>(dot), dw * a.d[t * blocks + b], acc);
+      }
+      y[t * w.n_out + o] = aq == AQ::kPerToken ? acc * a.d[t * blocks] : acc;
+    }
+  return y;
+}
+
+// Naive double-precision y = x W^T, with sum |x_i w_i| for error bounds.
+void naive_matmul(const std::vector<float>& w, const std::vector<float>& x, std::size_t m,
+                  std::size_t n_out, std::size_t n_in, std::vector<double>* y,
+                  std::vector<double>* abs_sum) {
+  y->assign(m * n_out, 0.0);
+  abs_sum->assign(m * n_out, 0.0);
+  for (std::size_t t = 0; t < m; ++t)
+    for (std::size_t o = 0; o < n_out; ++o) {
+      double s = 0.0, as = 0.0;
+      for (std::size_t k = 0; k < n_in; ++k) {
+        const double p = static_cast<double>(w[o * n_in + k]) * x[t * n_in + k];
+        s += p;
+        as += std::fabs(p);
+      }
+      (*y)[t * n_out + o] = s;
+      (*abs_sum)[t * n_out + o] = as;
+    }
+}
+
+std::vector<float> run(const Linear& l, const std::vector<float>& x, std::size_t m, AQ aq,
+                       ThreadPool* pool = nullptr) {
+  CachingAllocator scratch;
+  std::vector<float> y(m * l.n_out(), std::nanf(""));
+  const absl::Status s = l.forward(x.data(), m, y.data(), scratch, pool, aq);
+  EXPECT_TRUE(s.ok()) << s;
+  return y;
+}
+
+// Bit-identical results (the contract between paths and thread counts).
+void expect_identical(const std::vector<float>& got, const std::vector<float>& want,
+                      const std::string& what) {
+  ASSERT_EQ(got.size(), want.size()) << what;
+  for (std::size_t i = 0; i < got.size(); ++i)
+    ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(float)), 0)
+        << what << " at " << i << ": " << got[i] << " vs " << want[i];
+}
+
+// ---------------------------------------------------------------------------
+
+struct Shape {
+  std::size_t n_out, n_in, m;
+};
+
+std::vector<Shape> odd_shapes() {
+  std::vector<Shape> shapes;
+  // n_in not a multiple of 64 (96, 4128); n_out leaving partial row groups
+  // and, at 100 (7 groups), every tile width; m covering the single-token
+  // path, small batches and token-tile tails.
+  for (std::size_t n_in : {32, 96, 4128})
+    for (std::size_t n_out : {1, 17, 33, 100})
+      for (std::size_t m : {1, 3, 7, 9, 130}) {
+        if (n_in == 4128 && n_out == 100 && m == 130) continue;  // keep the scalar runs short
+        shapes.push_back({n_out, n_in, m});
+      }
+  return shapes;
+}
+
+class LinearQuantized : public ::testing::TestWithParam<std::tuple<Format, AQ>> {};
+
+// Every dispatched path against the scalar reference (bit-identical), the
+// scalar reference against the test's own implementation of the documented
+// operations (bit-identical), and against a double-precision matmul of the
+// dequantized weights and activations.
+TEST_P(LinearQuantized, EveryPathMatchesTheSpecificationOnOddShapes) {
+  const auto [format, aq] = GetParam();
+  unsigned seed = 1;
+  for (const Shape& s : odd_shapes()) {
+    const std::string what = std::string(format_name(format)) + " " + aq_name(aq) +
+                             " n_out=" + std::to_string(s.n_out) +
+                             " n_in=" + std::to_string(s.n_in) + " m=" + std::to_string(s.m);
+    const QuantWeights w = make_weights(format, s.n_out, s.n_in, seed++);
+    const std::vector<float> x = make_activations(s.m, s.n_in, seed++);
+    absl::StatusOr<Linear> l = make_linear(w);
+    ASSERT_TRUE(l.ok()) << l.status();
+
+    const QuantActs a = quantize_acts(x, s.m, s.n_in, aq);
+    const std::vector<float> spec = spec_forward(w, a, s.m, aq);
+
+    std::vector<float> scalar;
+    {
+      ScopedIsa forced(Isa::kScalar);
+      scalar = run(*l, x, s.m, aq);
+    }
+    expect_identical(scalar, spec, what + " scalar vs spec");
+    for (Isa isa : supported_isas()) {
+      ScopedIsa forced(isa);
+      expect_identical(run(*l, x, s.m, aq), scalar, what + " " + isa_name(isa) + " vs scalar");
+    }
+
+    // Against exact arithmetic on the same quantized values, the kernels
+    // differ by float rounding: converting dot to float is exact (|dot| <
+    // 2^24), d_w * d_x rounds once (eps/2), and each of the n_in/32 fma
+    // accumulations (and the per-token final multiply) rounds once, each error
+    // at most eps/2 of a partial sum bounded by sum |w x|. Hence
+    //   |y - exact| <= (n_in / 32 + 2) * FLT_EPSILON * sum |w_i xq_i|.
+    std::vector<double> exact, abs_sum;
+    naive_matmul(w.dequant, a.deq, s.m, s.n_out, s.n_in, &exact, &abs_sum);
+    for (std::size_t i = 0; i < spec.size(); ++i)
+      ASSERT_NEAR(scalar[i], exact[i], (s.n_in / 32.0 + 2) * FLT_EPSILON * abs_sum[i] + 1e-30)
+          << what << " vs dequantized at " << i;
+
+    // Against the unquantized activations: each x_i moves by at most d / 2
+    // = amax / 254 (amax of its block, or of its token), so
+    //   |y - y_float| <= sum_i |w_i| * amax_i / 254 + the rounding above.
+    // With relative factor 1.001 for the double/float conversions.
+    std::vector<double> y_float, abs_float;
+    naive_matmul(w.dequant, x, s.m, s.n_out, s.n_in, &y_float, &abs_float);
+    for (std::size_t t = 0; t < s.m; ++t)
+      for (std::size_t o = 0; o < s.n_out; ++o) {
+        double bound = 0.0;
+        for (std::size_t k = 0; k < s.n_in; ++k)
+          bound += std::fabs(w.dequant[o * s.n_in + k]) * a.d[t * (s.n_in / 32) + k / 32] / 2;
+        const std::size_t i = t * s.n_out + o;
+        ASSERT_NEAR(scalar[i], y_float[i],
+                    1.001 * bound + (s.n_in / 32.0 + 2) * FLT_EPSILON * abs_sum[i] + 1e-30)
+            << what << " vs float activations at " << i;
+      }
+  }
+}
+
+// Threads split outputs (row groups, or tokens when there are few row groups),
+// never the sum, so the thread count cannot change a single bit.
+TEST_P(LinearQuantized, ThreadedEqualsUnthreadedBitForBit) {
+  const auto [format, aq] = GetParam();
+  ThreadPool pool2(2), pool3(3);
+  const Shape shapes[] = {{300, 4128, 1},   {300, 4128, 3},  {300, 1024, 9}, {300, 1024, 12},
+                          {300, 1024, 130}, {17, 4128, 130}, {1000, 512, 64}};
+  unsigned seed = 100;
+  for (const Shape& s : shapes) {
+    const QuantWeights w = make_weights(format, s.n_out, s.n_in, seed++);
+    const std::vector<float> x = make_activations(s.m, s.n_in, seed++);
+    absl::StatusOr<Linear> l = make_linear(w);
+    ASSERT_TRUE(l.ok()) << l.status();
+    const std::vector<float> single = run(*l, x, s.m, aq);
+    const std::string what = std::string(format_name(format)) + " " + aq_name(aq) +
+                             " n_out=" + std::to_string(s.n_out) + " m=" + std::to_string(s.m);
+    expect_identical(run(*l, x, s.m, aq, &pool2), single, what + " 2 threads");
+    expect_identical(run(*l, x, s.m, aq, &pool3), single, what + " 3 threads");
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Formats, LinearQuantized,
+                         ::testing::Combine(::testing::Values(Format::kQ8_0, Format::kQ4_0),
+                                            ::testing::Values(AQ::kPerGroup32, AQ::kPerToken)),
+                         [](const auto& info) {
+                           return std::string(format_name(std::get<0>(info.param))) + "_" +
+                                  (std::get<1>(info.param) == AQ::kPerGroup32 ? "PerGroup32"
+                                                                              : "PerToken");
+                         });
+
+TEST(Linear, PackedBytesMatchTheGgufSize) {
+  const QuantWeights q8 = make_weights(Format::kQ8_0, 64, 256, 3);
+  const QuantWeights q4 = make_weights(Format::kQ4_0, 64, 256, 4);
+  absl::StatusOr<Linear> l8 = make_linear(q8), l4 = make_linear(q4);
+  ASSERT_TRUE(l8.ok() && l4.ok());
+  EXPECT_EQ(l8->weight_bytes(), 64u * 256 / 32 * sizeof(BlockQ8_0));
+  EXPECT_EQ(l4->weight_bytes(), 64u * 256 / 32 * sizeof(BlockQ4_0));
+  EXPECT_EQ(l8->format(), Format::kQ8_0);
+  EXPECT_EQ(l4->format(), Format::kQ4_0);
+  EXPECT_EQ(l8->n_out(), 64u);
+  EXPECT_EQ(l8->n_in(), 256u);
+}
+
+TEST(Linear, F32AndF16MatchANaiveMatmul) {
+  unsigned seed = 40;
+  for (const Shape& s : {Shape{1, 1, 1}, Shape{17, 96, 1}, Shape{33, 100, 7}, Shape{100, 4128, 9},
+                         Shape{65, 300, 130}}) {
+    std::mt19937 rng(seed++);
+    std::normal_distribution<float> dist(0.0f, 1.0f);
+    std::vector<float> w(s.n_out * s.n_in), x(s.m * s.n_in);
+    for (float& v : w) v = dist(rng);
+    for (float& v : x) v = dist(rng);
+    std::vector<std::uint16_t> w16(w.size());
+    std::vector<float> w16f(w.size());
+    for (std::size_t i = 0; i < w.size(); ++i) {
+      w16[i] = f32_to_fp16(w[i]);
+      w16f[i] = fp16_to_f32(w16[i]);
+    }
+    absl::StatusOr<Linear> l32 = Linear::from_f32(w.data(), s.n_out, s.n_in);
+    absl::StatusOr<Linear> l16 = Linear::from_f16(w16.data(), s.n_out, s.n_in);
+    ASSERT_TRUE(l32.ok()) << l32.status();
+    ASSERT_TRUE(l16.ok()) << l16.status();
+    EXPECT_EQ(l32->format(), Format::kF32);
+    EXPECT_EQ(l16->format(), Format::kF32);
+    ThreadPool pool(2);
+    for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+      const std::vector<float> y32 = run(*l32, x, s.m, AQ::kPerGroup32, p);
+      const std::vector<float> y16 = run(*l16, x, s.m, AQ::kPerGroup32, p);
+      std::vector<double> ref32, abs32, ref16, abs16;
+      naive_matmul(w, x, s.m, s.n_out, s.n_in, &ref32, &abs32);
+      naive_matmul(w16f, x, s.m, s.n_out, s.n_in, &ref16, &abs16);
+      // Float summation in any order: |error| <= n_in * eps * sum |w x|
+      // (the classic gamma_n bound; XNNPACK reassociates freely).
+      for (std::size_t i = 0; i < y32.size(); ++i) {
+        ASSERT_NEAR(y32[i], ref32[i], s.n_in * FLT_EPSILON * abs32[i]) << i;
+        ASSERT_NEAR(y16[i], ref16[i], s.n_in * FLT_EPSILON * abs16[i]) << i;
+      }
+    }
+    EXPECT_EQ(l32->weight_bytes(), s.n_out * (s.n_in + 1) * sizeof(float));
+  }
+}
+
+TEST(Linear, BadSizesAreInvalidArgument) {
+  std::vector<BlockQ8_0> q8(64);
+  std::vector<BlockQ4_0> q4(64);
+  std::vector<float> f(64 * 64);
+  std::vector<std::uint16_t> h(64 * 64);
+  absl::StatusOr<Linear> l = Linear::from_q8_0(q8.data(), 2, 48);
+  EXPECT_EQ(l.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(l.status().message().find("n_in=48"), std::string::npos) << l.status();
+  l = Linear::from_q4_0(q4.data(), 2, 100);
+  EXPECT_EQ(l.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(l.status().message().find("n_in=100"), std::string::npos) << l.status();
+  EXPECT_EQ(Linear::from_q8_0(q8.data(), 0, 32).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Linear::from_q4_0(q4.data(), 1, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Linear::from_q8_0(nullptr, 1, 32).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Linear::from_f32(f.data(), 0, 4).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Linear::from_f16(h.data(), 4, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  // Float weights take any n_in.
+  EXPECT_TRUE(Linear::from_f32(f.data(), 3, 5).ok());
+}
+
+class FailingAllocator final : public MemoryAllocator {
+ public:
+  void* allocate(std::size_t, std::size_t) noexcept override { return nullptr; }
+  void reset() noexcept override {}
+};
+
+TEST(Linear, ScratchExhaustionIsAnErrorNotACrash) {
+  const QuantWeights w = make_weights(Format::kQ8_0, 16, 64, 9);
+  absl::StatusOr<Linear> l = make_linear(w);
+  ASSERT_TRUE(l.ok());
+  std::vector<float> x(64, 1.0f), y(16);
+  FailingAllocator none;
+  const absl::Status s = l->forward(x.data(), 1, y.data(), none, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kResourceExhausted) << s;
+  // m = 0 needs nothing.
+  EXPECT_TRUE(l->forward(x.data(), 0, y.data(), none, nullptr).ok());
+}
+
+// After a warm-up, a forward takes all its memory from the (warm) caching
+// scratch allocator: no heap call, single- or multi-threaded.
+TEST(Linear, NoHeapAllocationInForwardAfterWarmUp) {
+  ThreadPool pool(2);
+  for (Format format : {Format::kQ8_0, Format::kQ4_0}) {
+    const QuantWeights w = make_weights(format, 256, 512, 21);
+    absl::StatusOr<Linear> l = make_linear(w);
+    ASSERT_TRUE(l.ok());
+    for (std::size_t m : {1, 64}) {
+      const std::vector<float> x = make_activations(m, 512, 22);
+      std::vector<float> y(m * 256);
+      for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+        for (AQ aq : {AQ::kPerGroup32, AQ::kPerToken}) {
+          CachingAllocator scratch;
+          ASSERT_TRUE(l->forward(x.data(), m, y.data(), scratch, p, aq).ok());
+          scratch.reset();
+          hearth::testing::HeapCounter counter;
+          ASSERT_TRUE(l->forward(x.data(), m, y.data(), scratch, p, aq).ok());
+          EXPECT_EQ(counter.allocations(), 0u)
+              << format_name(format) << " m=" << m << (p ? " pooled" : " unpooled");
+        }
+      }
+    }
+  }
+}
+
+// XNNPACK's fully-connected setup and run (this Debian snapshot) make no heap
+// allocation either: the operator's buffers are made at creation.
+TEST(Linear, F32ForwardMakesNoHeapAllocationAfterWarmUp) {
+  // XNNPACK allocates with malloc: only a counter that sees malloc can tell.
+  if (!hearth::testing::HeapCounter::counts_malloc())
+    GTEST_SKIP() << "malloc is not counted in this build (sanitizer)";
+  ThreadPool pool(2);
+  std::vector<float> w(256 * 512, 0.25f);
+  absl::StatusOr<Linear> l = Linear::from_f32(w.data(), 256, 512);
+  ASSERT_TRUE(l.ok());
+  for (std::size_t m : {1, 64}) {
+    std::vector<float> x(m * 512, 1.0f), y(m * 256);
+    for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+      CachingAllocator scratch;
+      ASSERT_TRUE(l->forward(x.data(), m, y.data(), scratch, p).ok());
+      hearth::testing::HeapCounter counter;
+      ASSERT_TRUE(l->forward(x.data(), m, y.data(), scratch, p).ok());
+      EXPECT_EQ(counter.allocations(), 0u) << "m=" << m << (p ? " pooled" : " unpooled");
+      EXPECT_EQ(y[0], 0.25f * 512);
+    }
+  }
+}
+
+// One Linear shared by several threads at once (each with its own scratch)
+// gives every thread the single-threaded result.
+TEST(Linear, ConcurrentForwardsOnASharedLinear) {
+  const QuantWeights w = make_weights(Format::kQ4_0, 100, 256, 31);
+  absl::StatusOr<Linear> lq = make_linear(w);
+  absl::StatusOr<Linear> lf = Linear::from_f32(w.dequant.data(), 100, 256);
+  ASSERT_TRUE(lq.ok() && lf.ok());
+  const std::vector<float> x = make_activations(5, 256, 32);
+  const std::vector<float> want_q = run(*lq, x, 5, AQ::kPerGroup32);
+  const std::vector<float> want_f = run(*lf, x, 5, AQ::kPerGroup32);
+  ThreadPool pool(2);
+  std::vector<std::thread> threads;
+  std::vector<int> ok(4, 0);
+  for (int i = 0; i < 4; ++i)
+    threads.emplace_back([&, i] {
+      CachingAllocator scratch;
+      std::vector<float> y(5 * 100);
+      bool good = true;
+      for (int r = 0; r < 50; ++r) {
+        const Linear& l = (r + i) % 2 ? *lq : *lf;
+        good &= l.forward(x.data(), 5, y.data(), scratch, i % 2 ? &pool : nullptr).ok();
+        good &= std::memcmp(y.data(), ((r + i) % 2 ? want_q : want_f).data(),
+                            y.size() * sizeof(float)) == 0;
+        scratch.reset();
+      }
+      ok[i] = good;
+    });
+  for (auto& t : threads) t.join();
+  for (int i = 0; i < 4; ++i) EXPECT_TRUE(ok[i]) << "thread " << i;
+}
+
+}  // namespace
+}  // namespace hearth::kernels

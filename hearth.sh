@@ -12,7 +12,8 @@ cd "$(dirname "$0")"
 # Every Debian package the build, tests and benchmarks use.
 PACKAGES=(
   cmake ninja-build g++ pkg-config
-  libabsl-dev
+  libabsl-dev libspdlog-dev
+  libxnnpack-dev libpthreadpool-dev libcpuinfo-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
 )
 
@@ -62,11 +63,13 @@ case "${1:-}" in
     install_missing_packages
     build release
     run_tests release
-    # Threaded memory code also runs under TSan, and everything under ASan+UBSan.
-    build tsan
-    run_tests tsan
+    # Everything again under ASan+UBSan; the threaded suites (label "tsan")
+    # under ThreadSanitizer.
     build asan
     run_tests asan
+    build tsan memory_test
+    say "running the threaded suites in build/tsan (ctest --preset tsan -L tsan)"
+    ctest --preset tsan -L tsan -j "$(nproc)"
     say "all test suites passed"
     ;;
   *)

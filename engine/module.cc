@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "absl/status/status.h"
+#include "spdlog/spdlog.h"
 #include "engine/str_cat.h"
 #include "kernels/block_ops.h"
 #include "kernels/embedding.h"
@@ -79,6 +80,9 @@ absl::StatusOr<std::unique_ptr<Module>> Module::load(std::shared_ptr<const Model
         str_cat("context_length = ", m->context_, " is out of range [1, 1048576]"));
   }
   HEARTH_RETURN_IF_ERROR(m->plan(planned));
+  spdlog::info("loaded instance of '{}' ({}, {} layers, {} weights, context {}, {} KV cache):", c.name, c.arch_name,
+               c.n_layer, m->weights_->quantization(), m->context_, kv_cache_type_name(m->options_.kv_cache));
+  for (const std::string& line : m->memory_report().lines()) spdlog::info("  {}", line);
   return m;
 }
 
@@ -224,6 +228,7 @@ absl::Status Module::warm_up() {
   if (!r.ok()) return r.status();
   r = forward(std::span<const std::int32_t>(prompt.data(), 1), prompt.size());
   if (temp_ == nullptr) thread_temp_allocator().reset();
+  if (r.ok()) spdlog::info("warmed up: {}", format_usage_line("peak_temp_allocator", peak_temp_, 0));
   return r.status();
 }
 

@@ -11,6 +11,8 @@
 #include <string>
 
 #include "engine/generation.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
 #include "engine/str_cat.h"
 #include "kernels/thread_pool.h"
 #include "tools/cli_flags.h"
@@ -46,6 +48,8 @@ int fail(const std::string& message) {
 
 int main(int argc, char** argv) {
   using namespace hearth;
+  // stdout carries the completion (or JSON); logs go to stderr.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("hearth"));
   tools::Flags flags("hearth-generate",
                      {"model", "prompt", "max-tokens", "temperature", "top-k", "top-p", "min-p",
                       "repeat-penalty", "presence-penalty", "frequency-penalty", "penalty-last-n",

@@ -54,10 +54,12 @@ case "${1:-}" in
   serve)
     install_missing_packages
     build release
-    # The gRPC server lands with its own issue; until then the front door runs
-    # the temp allocator benchmark, the heart of the memory design.
-    say "the gRPC server is not built yet: running the temp allocator benchmark instead"
-    exec build/release/bench/bench_temp_allocator
+    # The gRPC server lands with its own issue; until then the front door
+    # streams a completion from the built-in demo model with hearth-generate.
+    say "the gRPC server is not built yet: generating from the built-in demo model with hearth-generate"
+    build/release/tools/hearth-model synth build/demo.gguf
+    exec build/release/tools/hearth-generate --model build/demo.gguf --prompt "${HEARTH_PROMPT:-hello hearth}" \
+      --max-tokens 48 --temperature 0.8 --seed 1
     ;;
   test)
     install_missing_packages

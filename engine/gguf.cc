@@ -705,96 +705,48 @@ T load_as(const std::uint8_t* p) {
   std::memcpy(&x, p, sizeof x);
   return x;
 }
+
+// Element i of a numeric array, converted to Out.
+template <typename Out>
+Out array_element(const GgufValue& v, std::size_t i, std::size_t es) {
+  const std::uint8_t* p = v.array_data + i * es;
+  switch (v.array_type) {
+    case GgufValueType::kFloat32: return static_cast<Out>(load_as<float>(p));
+    case GgufValueType::kFloat64: return static_cast<Out>(load_as<double>(p));
+    case GgufValueType::kUint8: return static_cast<Out>(load_as<std::uint8_t>(p));
+    case GgufValueType::kInt8: return static_cast<Out>(load_as<std::int8_t>(p));
+    case GgufValueType::kUint16: return static_cast<Out>(load_as<std::uint16_t>(p));
+    case GgufValueType::kInt16: return static_cast<Out>(load_as<std::int16_t>(p));
+    case GgufValueType::kUint32: return static_cast<Out>(load_as<std::uint32_t>(p));
+    case GgufValueType::kInt32: return static_cast<Out>(load_as<std::int32_t>(p));
+    case GgufValueType::kUint64: return static_cast<Out>(load_as<std::uint64_t>(p));
+    case GgufValueType::kInt64: return static_cast<Out>(load_as<std::int64_t>(p));
+    default: return Out{};
+  }
+}
 }  // namespace
 
-absl::StatusOr<std::vector<double>> GgufFile::get_float_array(std::string_view key) const {
+template <typename Out>
+absl::StatusOr<std::vector<Out>> GgufFile::number_array(std::string_view key, bool floats_allowed,
+                                                        const char* wanted) const {
   const GgufValue* v = find(key);
   if (v == nullptr) return missing(name_, key);
   const std::size_t es = v->type == GgufValueType::kArray ? scalar_size(v->array_type) : 0;
-  if (es == 0 || v->array_type == GgufValueType::kBool)
-    return type_error(key, *v, "an array of numbers");
-  std::vector<double> out(v->array_count);
-  for (std::uint64_t i = 0; i < v->array_count; ++i) {
-    const std::uint8_t* p = v->array_data + i * es;
-    switch (v->array_type) {
-      case GgufValueType::kFloat32:
-        out[i] = load_as<float>(p);
-        break;
-      case GgufValueType::kFloat64:
-        out[i] = load_as<double>(p);
-        break;
-      case GgufValueType::kUint8:
-        out[i] = load_as<std::uint8_t>(p);
-        break;
-      case GgufValueType::kInt8:
-        out[i] = load_as<std::int8_t>(p);
-        break;
-      case GgufValueType::kUint16:
-        out[i] = load_as<std::uint16_t>(p);
-        break;
-      case GgufValueType::kInt16:
-        out[i] = load_as<std::int16_t>(p);
-        break;
-      case GgufValueType::kUint32:
-        out[i] = load_as<std::uint32_t>(p);
-        break;
-      case GgufValueType::kInt32:
-        out[i] = load_as<std::int32_t>(p);
-        break;
-      case GgufValueType::kUint64:
-        out[i] = static_cast<double>(load_as<std::uint64_t>(p));
-        break;
-      case GgufValueType::kInt64:
-        out[i] = static_cast<double>(load_as<std::int64_t>(p));
-        break;
-      default:
-        break;
-    }
+  const bool is_float = v->array_type == GgufValueType::kFloat32 || v->array_type == GgufValueType::kFloat64;
+  if (es == 0 || v->array_type == GgufValueType::kBool || (is_float && !floats_allowed)) {
+    return type_error(key, *v, wanted);
   }
+  std::vector<Out> out(v->array_count);
+  for (std::uint64_t i = 0; i < v->array_count; ++i) out[i] = array_element<Out>(*v, i, es);
   return out;
 }
 
+absl::StatusOr<std::vector<double>> GgufFile::get_float_array(std::string_view key) const {
+  return number_array<double>(key, /*floats_allowed=*/true, "an array of numbers");
+}
+
 absl::StatusOr<std::vector<std::int64_t>> GgufFile::get_int_array(std::string_view key) const {
-  const GgufValue* v = find(key);
-  if (v == nullptr) return missing(name_, key);
-  const std::size_t es = v->type == GgufValueType::kArray ? scalar_size(v->array_type) : 0;
-  if (es == 0 || v->array_type == GgufValueType::kBool ||
-      v->array_type == GgufValueType::kFloat32 || v->array_type == GgufValueType::kFloat64) {
-    return type_error(key, *v, "an array of integers");
-  }
-  std::vector<std::int64_t> out(v->array_count);
-  for (std::uint64_t i = 0; i < v->array_count; ++i) {
-    const std::uint8_t* p = v->array_data + i * es;
-    switch (v->array_type) {
-      case GgufValueType::kUint8:
-        out[i] = load_as<std::uint8_t>(p);
-        break;
-      case GgufValueType::kInt8:
-        out[i] = load_as<std::int8_t>(p);
-        break;
-      case GgufValueType::kUint16:
-        out[i] = load_as<std::uint16_t>(p);
-        break;
-      case GgufValueType::kInt16:
-        out[i] = load_as<std::int16_t>(p);
-        break;
-      case GgufValueType::kUint32:
-        out[i] = load_as<std::uint32_t>(p);
-        break;
-      case GgufValueType::kInt32:
-        out[i] = load_as<std::int32_t>(p);
-        break;
-      case GgufValueType::kUint64:
-        out[i] = static_cast<std::int64_t>(load_as<std::uint64_t>(p));
-        break;
-      case GgufValueType::kInt64:
-        out[i] = load_as<std::int64_t>(p);
-        break;
-      default:
-        break;
-    }
-  }
-  return out;
+  return number_array<std::int64_t>(key, /*floats_allowed=*/false, "an array of integers");
 }
 
 }  // namespace hearth::engine

@@ -160,6 +160,8 @@ class GgufFile {
   GgufFile() = default;
   absl::Status parse_all();
   absl::Status type_error(std::string_view key, const GgufValue& v, const char* wanted) const;
+  template <typename Out>
+  absl::StatusOr<std::vector<Out>> number_array(std::string_view key, bool floats_allowed, const char* wanted) const;
 
   std::string name_;
   const std::uint8_t* data_ = nullptr;

@@ -1,5 +1,6 @@
 #include "engine/module.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdlib>
 
@@ -173,6 +174,9 @@ absl::StatusOr<std::span<const float>> Module::forward(std::span<const std::int3
   const float attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
 
   for (std::size_t l = 0; l < c.n_layer; ++l) {
+    // A layer's scratch is dead once it ends (activations live in the arena):
+    // recycling it bounds temp memory by one layer, not by the model's depth.
+    scratch.reset();
     const LayerWeights& L = w.layers()[l];
     kernels::rms_norm(x_, L.attn_norm.data(), n, d, c.rms_eps, xn_, pool);
     HEARTH_RETURN_IF_ERROR(L.wq.forward(xn_, n, q_, scratch, pool));
@@ -205,6 +209,7 @@ absl::StatusOr<std::span<const float>> Module::forward(std::span<const std::int3
     kernels::add_inplace(x_, tmp_, n * d, pool);
   }
 
+  scratch.reset();
   if (all_logits != nullptr) {
     kernels::rms_norm(x_, w.output_norm().data(), n, d, c.rms_eps, xn_, pool);
     HEARTH_RETURN_IF_ERROR(w.output().forward(xn_, n, all_logits, scratch, pool));
@@ -215,8 +220,8 @@ absl::StatusOr<std::span<const float>> Module::forward(std::span<const std::int3
     HEARTH_RETURN_IF_ERROR(w.output().forward(xn_, 1, logits_, scratch, pool));
   }
   if (temp_ == nullptr) {
-    const std::size_t in_use = thread_temp_allocator().stats().in_use_bytes;
-    if (in_use > peak_temp_) peak_temp_ = in_use;
+    const CachingAllocatorStats st = thread_temp_allocator().stats();
+    peak_temp_ = std::max<std::size_t>({peak_temp_, st.in_use_bytes, st.last_reset_peak_bytes});
   }
   return std::span<const float>(logits_, c.n_vocab);
 }

@@ -89,8 +89,11 @@ class Module {
   // next forward). With all_logits != nullptr, the logits of every token are
   // also written there ([tokens][vocab]). Positions before start_pos must
   // already be in the KV cache (from earlier forwards of this instance).
-  // Scratch comes from the temp allocator and is not reset here: the caller
-  // resets it between steps (a generation does, and its lease at the end).
+  // Scratch comes from the temp allocator, which forward() resets before each
+  // layer (a layer's scratch is dead when it ends), so temp memory is bounded
+  // by one layer whatever the model's depth. The caller must therefore hold no
+  // temp memory across a call; the output projection's scratch is left for
+  // the caller to reset (a generation does after each step).
   absl::StatusOr<std::span<const float>> forward(std::span<const std::int32_t> tokens,
                                                  std::size_t start_pos,
                                                  float* all_logits = nullptr);

@@ -118,6 +118,11 @@ absl::StatusOr<std::string> synthesize_model(const SyntheticModelSpec& s) {
     return bad(str_cat("heads ", s.n_head, " is not a multiple of kv heads ", s.n_head_kv));
   if ((s.n_embd / s.n_head) % 2 != 0) return bad("the head dimension must be even");
   if (s.n_vocab < 300) return bad(str_cat("vocab ", s.n_vocab, " is below the minimum of 300"));
+  if (s.architecture != "llama" && s.architecture != "qwen2")
+    return bad(str_cat("architecture '", s.architecture, "' is not llama or qwen2"));
+  const bool qwen2 = s.architecture == "qwen2";
+  if (!(s.bias_scale >= 0.0f && std::isfinite(s.bias_scale)))
+    return bad(str_cat("bias_scale ", s.bias_scale, " must be finite and non-negative"));
   const bool blocks = s.weight_type == GgmlType::kQ8_0 || s.weight_type == GgmlType::kQ4_0;
   if (!blocks && s.weight_type != GgmlType::kF32 && s.weight_type != GgmlType::kF16) {
     return bad(str_cat("weight type ", ggml_type_name(s.weight_type),
@@ -129,21 +134,22 @@ absl::StatusOr<std::string> synthesize_model(const SyntheticModelSpec& s) {
   }
   const std::size_t head_dim = s.n_embd / s.n_head, kv_dim = head_dim * s.n_head_kv;
   GgufWriter w;
-  w.add_string("general.architecture", "llama");
+  const std::string& a = s.architecture;  // the metadata key prefix
+  w.add_string("general.architecture", a);
   w.add_string("general.name", s.name);
   w.add_uint32("general.file_type", s.weight_type == GgmlType::kF32    ? 0
                                     : s.weight_type == GgmlType::kF16  ? 1
                                     : s.weight_type == GgmlType::kQ8_0 ? 7
                                                                        : 2);
-  w.add_uint32("llama.block_count", static_cast<std::uint32_t>(s.n_layer));
-  w.add_uint32("llama.embedding_length", static_cast<std::uint32_t>(s.n_embd));
-  w.add_uint32("llama.attention.head_count", static_cast<std::uint32_t>(s.n_head));
-  w.add_uint32("llama.attention.head_count_kv", static_cast<std::uint32_t>(s.n_head_kv));
-  w.add_uint32("llama.feed_forward_length", static_cast<std::uint32_t>(s.n_ff));
-  w.add_uint32("llama.context_length", static_cast<std::uint32_t>(s.context_length));
-  w.add_uint32("llama.rope.dimension_count", static_cast<std::uint32_t>(head_dim));
-  w.add_float32("llama.rope.freq_base", 10000.0f);
-  w.add_float32("llama.attention.layer_norm_rms_epsilon", 1e-5f);
+  w.add_uint32(a + ".block_count", static_cast<std::uint32_t>(s.n_layer));
+  w.add_uint32(a + ".embedding_length", static_cast<std::uint32_t>(s.n_embd));
+  w.add_uint32(a + ".attention.head_count", static_cast<std::uint32_t>(s.n_head));
+  w.add_uint32(a + ".attention.head_count_kv", static_cast<std::uint32_t>(s.n_head_kv));
+  w.add_uint32(a + ".feed_forward_length", static_cast<std::uint32_t>(s.n_ff));
+  w.add_uint32(a + ".context_length", static_cast<std::uint32_t>(s.context_length));
+  w.add_uint32(a + ".rope.dimension_count", static_cast<std::uint32_t>(head_dim));
+  w.add_float32(a + ".rope.freq_base", 10000.0f);
+  w.add_float32(a + ".attention.layer_norm_rms_epsilon", 1e-5f);
   const std::vector<std::string> vocab = vocabulary(s.n_vocab);
   std::vector<float> scores(vocab.size(), 0.0f);
   std::vector<std::int32_t> types(vocab.size(), 1);
@@ -165,6 +171,10 @@ absl::StatusOr<std::string> synthesize_model(const SyntheticModelSpec& s) {
         name, {n_in, n_out}, s.weight_type,
         encode(s.weight_type, n_out, n_in, rng, std::sqrt(3.0f / static_cast<float>(n_in)), 0.0f));
   };
+  auto bias = [&](const std::string& name, std::size_t n) {
+    Stream rng(hash(s.seed, name));
+    w.add_tensor(name, {n}, GgmlType::kF32, encode(GgmlType::kF32, 1, n, rng, s.bias_scale, 0.0f));
+  };
   auto norm = [&](const std::string& name) {
     Stream rng(hash(s.seed, name));
     w.add_tensor(name, {s.n_embd}, GgmlType::kF32,
@@ -179,8 +189,11 @@ absl::StatusOr<std::string> synthesize_model(const SyntheticModelSpec& s) {
     const std::string p = str_cat("blk.", l, ".");
     norm(p + "attn_norm.weight");
     matrix(p + "attn_q.weight", s.n_embd, s.n_embd);
+    if (qwen2) bias(p + "attn_q.bias", s.n_embd);
     matrix(p + "attn_k.weight", s.n_embd, kv_dim);
+    if (qwen2) bias(p + "attn_k.bias", kv_dim);
     matrix(p + "attn_v.weight", s.n_embd, kv_dim);
+    if (qwen2) bias(p + "attn_v.bias", kv_dim);
     matrix(p + "attn_output.weight", s.n_embd, s.n_embd);
     norm(p + "ffn_norm.weight");
     matrix(p + "ffn_gate.weight", s.n_embd, s.n_ff);

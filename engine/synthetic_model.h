@@ -1,6 +1,13 @@
 // Deterministic synthetic llama models: the server's built-in demo model and
 // the shapes every speed benchmark runs on (`hearth-model synth`).
 //
+// Two architectures: "llama" (the default) and "qwen2", which writes its
+// hyperparameters under `qwen2.*` and adds F32 biases to the q, k and v
+// projections (blk.N.attn_{q,k,v}.bias, uniform in [-bias_scale,
+// bias_scale]); the engine runs qwen2 with NeoX-style rotary pairing. Every
+// other tensor is the same for both architectures given the same spec and
+// seed (each tensor's stream is seeded from the seed and its name).
+//
 // The weights are pseudo-random (uniform, scaled by 1/sqrt(fan-in) so
 // activations keep their magnitude through the layers); the vocabulary is a
 // SentencePiece-style ("llama") one: <unk>, <s>, </s>, the 256 byte tokens,
@@ -28,13 +35,16 @@ struct SyntheticModelSpec {
   std::size_t context_length = 2048;
   GgmlType weight_type = GgmlType::kQ8_0;  // F32, F16, Q8_0 or Q4_0 for projections and embeddings
   std::uint64_t seed = 1;
+  std::string architecture = "llama";  // "llama" or "qwen2"
+  float bias_scale = 0.5f;             // qwen2: amplitude of the q/k/v biases (0: all zero)
 };
 
 // The built-in demo model: small enough to load in well under a second.
 SyntheticModelSpec demo_model_spec();
 
 // The whole GGUF file in memory. InvalidArgument names an inconsistent field
-// (heads not dividing the width, a block type with rows not a multiple of 32...).
+// (heads not dividing the width, a block type with rows not a multiple of 32,
+// an architecture other than llama or qwen2...).
 absl::StatusOr<std::string> synthesize_model(const SyntheticModelSpec& spec);
 
 }  // namespace hearth::engine

@@ -27,25 +27,28 @@ bool align_up(std::size_t x, std::size_t* out) {
 
 // Byte offsets of the arrays of one layer's cache; false on overflow.
 struct Offsets {
-  std::size_t k = 0, v = 0, k_scale = 0, v_scale = 0, total = 0;
+  std::size_t k = 0, v = 0, k_scale = 0, v_scale = 0, k_zero = 0, v_zero = 0, total = 0;
 };
 
-bool offsets(const KvLayout& l, std::size_t elem_bytes, bool scales, Offsets* o) {
-  std::size_t rows = 0, data = 0, scale_bytes = 0;
+// quantized: the int8 cache's per-row scales and zero points follow K and V.
+bool offsets(const KvLayout& l, std::size_t elem_bytes, bool quantized, Offsets* o) {
+  std::size_t rows = 0, data = 0, scale_bytes = 0, zero_bytes = 0;
   if (!mul_add(l.n_kv_heads, l.max_seq, 0, &rows)) return false;
   if (!mul_add(rows, l.head_dim, 0, &data) || !mul_add(data, elem_bytes, 0, &data)) return false;
   if (!align_up(data, &data)) return false;
-  if (scales &&
-      (!mul_add(rows, sizeof(float), 0, &scale_bytes) || !align_up(scale_bytes, &scale_bytes)))
+  if (quantized && (!mul_add(rows, sizeof(float), 0, &scale_bytes) ||
+                    !align_up(scale_bytes, &scale_bytes) || !align_up(rows, &zero_bytes)))
     return false;
   o->k = 0;
   o->v = data;
   if (!mul_add(data, 2, 0, &o->k_scale)) return false;
   if (!mul_add(scale_bytes, 1, o->k_scale, &o->v_scale)) return false;
-  return mul_add(scale_bytes, 1, o->v_scale, &o->total);
+  if (!mul_add(scale_bytes, 1, o->v_scale, &o->k_zero)) return false;
+  if (!mul_add(zero_bytes, 1, o->k_zero, &o->v_zero)) return false;
+  return mul_add(zero_bytes, 1, o->v_zero, &o->total);
 }
 
-using QuantizeRowFn = float (*)(const float*, std::size_t, std::int8_t*);
+using QuantizeRowFn = KvRowQuantization (*)(const float*, std::size_t, std::int8_t*);
 
 QuantizeRowFn quantize_row_fn() {
   switch (active_isa()) {
@@ -77,23 +80,40 @@ absl::Status check_append(const KvLayout& layout, std::size_t pos, const float* 
 
 namespace sdpa_detail {
 
-float quantize_kv_row_scalar(const float* x, std::size_t n, std::int8_t* q) {
-  float amax = 0.0f;
-  for (std::size_t i = 0; i < n; ++i) amax = std::fmax(amax, std::fabs(x[i]));
-  if (amax == 0.0f) {
-    std::memset(q, 0, n);
-    return 0.0f;
+KvRowParams kv_row_params(float lo, float hi) {
+  const float range = hi - lo;
+  // Below 2^-96 (or NaN) the row is stored as zeros: 255 / range must not
+  // overflow, and such values are far below anything a model produces.
+  if (!(range >= 0x1p-96f)) return {};
+  KvRowParams p;
+  p.scale = range / 255.0f;
+  p.inv = 255.0f / range;
+  // lo * inv is in [-255, 0] up to rounding. Rounding it (not -128 - lo * inv)
+  // keeps the low bits, and since 128 is even the result is the same as
+  // rounding -128 - lo * inv exactly; it also makes x = lo map to -128 exactly.
+  const int z = -128 - static_cast<int>(std::nearbyint(lo * p.inv));
+  p.zero_point = z < -128 ? -128 : (z > 127 ? 127 : z);
+  return p;
+}
+
+KvRowQuantization quantize_kv_row_scalar(const float* x, std::size_t n, std::int8_t* q) {
+  float lo = 0.0f, hi = 0.0f;
+  for (std::size_t i = 0; i < n; ++i) {
+    lo = std::fmin(lo, x[i]);
+    hi = std::fmax(hi, x[i]);
   }
-  // Multiplying by 127 / amax (not dividing by the scale) is what the SIMD
-  // paths do; the same operations make every path bit-identical.
-  const float inv = 127.0f / amax;
+  const KvRowParams p = kv_row_params(lo, hi);
+  if (p.inv == 0.0f) {
+    std::memset(q, 0, n);
+    return {};
+  }
   for (std::size_t i = 0; i < n; ++i) {
     // nearbyint rounds half to even, as the SIMD conversions do; the clamp
     // keeps the cast defined for any input.
-    const float r = std::nearbyint(x[i] * inv);
-    q[i] = static_cast<std::int8_t>(std::fmax(-127.0f, std::fmin(127.0f, r)));
+    const float r = std::nearbyint(x[i] * p.inv) + static_cast<float>(p.zero_point);
+    q[i] = static_cast<std::int8_t>(std::fmax(-128.0f, std::fmin(127.0f, r)));
   }
-  return amax / 127.0f;
+  return {p.scale, static_cast<std::int8_t>(p.zero_point)};
 }
 
 }  // namespace sdpa_detail
@@ -103,7 +123,7 @@ absl::Status validate_kv_layout(const KvLayout& layout) {
   if (layout.head_dim == 0) return absl::InvalidArgumentError("KvLayout.head_dim is 0");
   if (layout.max_seq == 0) return absl::InvalidArgumentError("KvLayout.max_seq is 0");
   Offsets o;
-  if (!offsets(layout, sizeof(float), true, &o))
+  if (!offsets(layout, sizeof(float), true, &o))  // the larger of the two layouts
     return absl::InvalidArgumentError(absl::StrCat("KvLayout: n_kv_heads ", layout.n_kv_heads,
                                                    " x max_seq ", layout.max_seq, " x head_dim ",
                                                    layout.head_dim, " overflows size_t"));
@@ -132,6 +152,8 @@ QuantizedKvView quantized_kv_view(const KvLayout& layout, void* memory) {
   view.v = reinterpret_cast<std::int8_t*>(base + o.v);
   view.k_scale = reinterpret_cast<float*>(base + o.k_scale);
   view.v_scale = reinterpret_cast<float*>(base + o.v_scale);
+  view.k_zero = reinterpret_cast<std::int8_t*>(base + o.k_zero);
+  view.v_zero = reinterpret_cast<std::int8_t*>(base + o.v_zero);
   return view;
 }
 
@@ -146,15 +168,15 @@ FloatKvView float_kv_view(const KvLayout& layout, void* memory) {
   return view;
 }
 
-float quantize_kv_row(const float* x, std::size_t n, std::int8_t* q) {
+KvRowQuantization quantize_kv_row(const float* x, std::size_t n, std::int8_t* q) {
   return quantize_row_fn()(x, n, q);
 }
 
 absl::Status kv_append(const QuantizedKvView& kv, std::size_t pos, const float* k_new,
                        const float* v_new, std::size_t n_tokens) {
   const KvLayout& l = kv.layout;
-  const bool null_cache =
-      kv.k == nullptr || kv.v == nullptr || kv.k_scale == nullptr || kv.v_scale == nullptr;
+  const bool null_cache = kv.k == nullptr || kv.v == nullptr || kv.k_scale == nullptr ||
+                          kv.v_scale == nullptr || kv.k_zero == nullptr || kv.v_zero == nullptr;
   if (absl::Status s = check_append(l, pos, k_new, v_new, n_tokens, null_cache); !s.ok()) return s;
   const QuantizeRowFn quantize = quantize_row_fn();
   const std::size_t stride = l.n_kv_heads * l.head_dim;
@@ -162,8 +184,12 @@ absl::Status kv_append(const QuantizedKvView& kv, std::size_t pos, const float* 
     for (std::size_t h = 0; h < l.n_kv_heads; ++h) {
       const std::size_t row = h * l.max_seq + pos + t;
       const std::size_t src = t * stride + h * l.head_dim;
-      kv.k_scale[row] = quantize(k_new + src, l.head_dim, kv.k + row * l.head_dim);
-      kv.v_scale[row] = quantize(v_new + src, l.head_dim, kv.v + row * l.head_dim);
+      const KvRowQuantization kq = quantize(k_new + src, l.head_dim, kv.k + row * l.head_dim);
+      const KvRowQuantization vq = quantize(v_new + src, l.head_dim, kv.v + row * l.head_dim);
+      kv.k_scale[row] = kq.scale;
+      kv.k_zero[row] = kq.zero_point;
+      kv.v_scale[row] = vq.scale;
+      kv.v_zero[row] = vq.zero_point;
     }
   }
   return absl::OkStatus();

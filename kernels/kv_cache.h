@@ -10,14 +10,28 @@
 //
 //   k[h][p][d]        h < n_kv_heads, p < max_seq, d < head_dim
 //   v[h][p][d]
-//   k_scale[h][p]     (int8 cache only) one scale per (head, position) row
+//   k_scale[h][p]     (int8 cache only) one float scale per (head, position) row
 //   v_scale[h][p]
+//   k_zero[h][p]      (int8 cache only) one int8 zero point per row
+//   v_zero[h][p]
 //
-// The int8 cache is symmetric per row: row (h, p) of K stores
-// q[d] = round(k[d] / k_scale[h][p]) with k_scale = amax(|k|) / 127, so
-// k[d] ~= k_scale * q[d] with an error of at most k_scale / 2 = amax / 254
-// per element. An all-zero row gets scale 0 and q = 0. V likewise.
-// At head_dim 128 this stores 132 bytes per row instead of 512.
+// The int8 cache is asymmetric per row: row (h, p) of K, with its range
+// widened to include 0 (lo = min(0, min k), hi = max(0, max k)), stores
+// k_scale = (hi - lo) / 255, a zero point z in [-128, 127] (the code of 0) and
+// q[d] = clamp(round(k[d] / k_scale) + z, -128, 127), so
+// k[d] ~= k_scale * (q[d] - z) with an error of at most k_scale / 2 =
+// (hi - lo) / 510 per element, and 0 is stored exactly. All 256 codes cover
+// the row's actual range: for a row of one sign (e.g. after an activation
+// like ReLU) the step is 127 / 255 of a symmetric amax / 127 scale's, and for
+// any row at most 254 / 255 of it (the range is at most 2 amax). An all-zero
+// row gets scale 0, z = 0 and q = 0. V likewise.
+//
+// Zero points are int8 (not float): they are exact small integers, take one
+// byte instead of four, and the attention kernels apply them only as
+// z * sum(q) per score and as one sum_p w_p * z_p per output row and tile,
+// never per element. At head_dim 128 a row takes 128 + 4 + 1 = 133 bytes
+// (K and V: 266 per position and KV head) instead of 512 as floats (132
+// with the former symmetric scheme).
 #pragma once
 
 #include <cstddef>
@@ -34,14 +48,18 @@ struct KvLayout {
   std::size_t max_seq = 0;  // positions the cache can hold
 };
 
-// int8 cache. k, v: [n_kv_heads][max_seq][head_dim]; k_scale, v_scale:
-// [n_kv_heads][max_seq] floats.
+// int8 cache. k, v: [n_kv_heads][max_seq][head_dim] int8; k_scale, v_scale:
+// [n_kv_heads][max_seq] floats; k_zero, v_zero: [n_kv_heads][max_seq] int8.
+// Element d of row (h, p) of K is k_scale[r] * (k[r * head_dim + d] -
+// k_zero[r]) with r = h * max_seq + p.
 struct QuantizedKvView {
   KvLayout layout;
   std::int8_t* k = nullptr;
   std::int8_t* v = nullptr;
   float* k_scale = nullptr;
   float* v_scale = nullptr;
+  std::int8_t* k_zero = nullptr;
+  std::int8_t* v_zero = nullptr;
 };
 
 // float cache. k, v: [n_kv_heads][max_seq][head_dim].
@@ -72,7 +90,7 @@ FloatKvView float_kv_view(const KvLayout& layout, void* memory);
 // [pos, pos + n_tokens) of every KV head. k_new, v_new: [n_tokens][n_kv_heads *
 // head_dim] floats (token t, head h at t * n_kv_heads * head_dim + h * head_dim:
 // the output of the K and V projections). The int8 variant quantizes each
-// (token, head) row as described above; the float variant copies.
+// (token, head) row with quantize_kv_row; the float variant copies.
 // n_tokens = 0 is a no-op. Single-threaded (one token is ~1k values per layer).
 // Errors: OutOfRange when pos + n_tokens > max_seq; InvalidArgument for an
 // invalid layout or a null pointer. Nothing is written on error.
@@ -81,10 +99,26 @@ absl::Status kv_append(const QuantizedKvView& kv, std::size_t pos, const float* 
 absl::Status kv_append(const FloatKvView& kv, std::size_t pos, const float* k_new,
                        const float* v_new, std::size_t n_tokens);
 
-// Quantizes one row of n floats as the int8 cache does: returns the scale
-// amax / 127 (0 for an all-zero row) and writes q[i] = round-half-even(x[i] *
-// (127 / amax)) in [-127, 127]. Every dispatched path gives bit-identical
-// results. Exposed for tests and for tools that write caches.
-float quantize_kv_row(const float* x, std::size_t n, std::int8_t* q);
+// The parameters of one quantized row: x ~= scale * (q - zero_point).
+struct KvRowQuantization {
+  float scale = 0.0f;
+  std::int8_t zero_point = 0;
+};
+
+// Quantizes one row of n >= 1 finite floats as the int8 cache does. With
+// lo = min(0, min x), hi = max(0, max x), range = hi - lo (in float) and
+// inv = 255 / range:
+//   scale      = range / 255
+//   zero_point = -128 - round(lo * inv)                 in [-128, 127]
+//   q[i]       = clamp(round(x[i] * inv) + zero_point, -128, 127)
+// where round is round-half-even (multiplying by inv rather than dividing by
+// scale is what every path does). A row whose range is below 2^-96 (all zero,
+// or so small that 255 / range could overflow) gets scale 0, zero_point 0 and
+// q = 0. The row's minimum (when negative) maps to -128 exactly and 0 maps to
+// zero_point exactly; every element is within scale / 2 of scale * (q -
+// zero_point), up to float rounding (a few ulp of max |x|). Every dispatched
+// path gives bit-identical results. Exposed for tests and for tools that
+// write caches.
+KvRowQuantization quantize_kv_row(const float* x, std::size_t n, std::int8_t* q);
 
 }  // namespace hearth::kernels

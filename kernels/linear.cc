@@ -173,7 +173,9 @@ absl::Status Linear::forward(const float* x, std::size_t m, float* y, MemoryAllo
   const std::size_t threads = pool != nullptr ? pool->threads() : 1;
 
   if (format_ == Format::kF32) {
-    return linear_internal::xnnpack_run(*xnn_, x, m, y, threads > 1 ? pool->handle() : nullptr);
+    // Small products run on the caller: waking the pool costs more than they do.
+    const bool parallel = threads > 1 && m * n_out_ * n_in_ >= kMinParallelMacs;
+    return linear_internal::xnnpack_run(*xnn_, x, m, y, parallel ? pool->handle() : nullptr);
   }
 
   // Quantize the activations into scratch, in the token tiles the ISA's

@@ -14,15 +14,15 @@ namespace {
 
 // ---- Scalar reference kernels ---------------------------------------------
 
-void scores_q8_scalar(const float* q, std::size_t ld_q, std::size_t rows, const std::int8_t* k,
-                      const float* k_scale, std::size_t n, std::size_t head_dim, float* s,
-                      std::size_t ld_s) {
+void scores_q8_scalar(const float* q, std::size_t ld_q, std::size_t rows, const float* q_sum,
+                      const std::int8_t* k, const float* k_scale, const std::int8_t* k_zero,
+                      std::size_t n, std::size_t head_dim, float* s, std::size_t ld_s) {
   for (std::size_t r = 0; r < rows; ++r) {
     for (std::size_t j = 0; j < n; ++j) {
       float dot = 0.0f;
       for (std::size_t d = 0; d < head_dim; ++d)
         dot += q[r * ld_q + d] * static_cast<float>(k[j * head_dim + d]);
-      s[r * ld_s + j] = dot * k_scale[j];
+      s[r * ld_s + j] = (dot - static_cast<float>(k_zero[j]) * q_sum[r]) * k_scale[j];
     }
   }
 }
@@ -56,13 +56,17 @@ float softmax_row_scalar(float* s, std::size_t n_valid, std::size_t n, const flo
   return corr;
 }
 
+// v_zero nullptr: float V, no zero points.
 template <typename V>
 void accumulate_scalar(const float* w, std::size_t ld_w, std::size_t rows, const V* v,
-                       std::size_t n, std::size_t head_dim, const float* corr, float* acc,
-                       std::size_t ld_acc) {
+                       const std::int8_t* v_zero, std::size_t n, std::size_t head_dim,
+                       const float* corr, float* acc, std::size_t ld_acc) {
   for (std::size_t r = 0; r < rows; ++r) {
     float* a = acc + r * ld_acc;
-    for (std::size_t d = 0; d < head_dim; ++d) a[d] *= corr[r];
+    float offset = 0.0f;  // sum_j w_j * v_zero_j, subtracted from every lane
+    if (v_zero != nullptr)
+      for (std::size_t j = 0; j < n; ++j) offset += w[r * ld_w + j] * static_cast<float>(v_zero[j]);
+    for (std::size_t d = 0; d < head_dim; ++d) a[d] = a[d] * corr[r] - offset;
     for (std::size_t j = 0; j < n; ++j) {
       const float wj = w[r * ld_w + j];
       for (std::size_t d = 0; d < head_dim; ++d)
@@ -72,15 +76,15 @@ void accumulate_scalar(const float* w, std::size_t ld_w, std::size_t rows, const
 }
 
 void accumulate_q8_scalar(const float* w, std::size_t ld_w, std::size_t rows, const std::int8_t* v,
-                          std::size_t n, std::size_t head_dim, const float* corr, float* acc,
-                          std::size_t ld_acc) {
-  accumulate_scalar(w, ld_w, rows, v, n, head_dim, corr, acc, ld_acc);
+                          const std::int8_t* v_zero, std::size_t n, std::size_t head_dim,
+                          const float* corr, float* acc, std::size_t ld_acc) {
+  accumulate_scalar(w, ld_w, rows, v, v_zero, n, head_dim, corr, acc, ld_acc);
 }
 
 void accumulate_f32_scalar(const float* w, std::size_t ld_w, std::size_t rows, const float* v,
                            std::size_t n, std::size_t head_dim, const float* corr, float* acc,
                            std::size_t ld_acc) {
-  accumulate_scalar(w, ld_w, rows, v, n, head_dim, corr, acc, ld_acc);
+  accumulate_scalar(w, ld_w, rows, v, nullptr, n, head_dim, corr, acc, ld_acc);
 }
 
 }  // namespace
@@ -137,6 +141,8 @@ struct KvArrays {
   const T* v;
   const float* k_scale;  // nullptr for the float cache
   const float* v_scale;
+  const std::int8_t* k_zero;  // nullptr for the float cache
+  const std::int8_t* v_zero;
   KvLayout layout;
 };
 
@@ -151,18 +157,20 @@ struct Problem {
   std::size_t tokens_per_block, n_qblocks, splits, max_rows;
 };
 
-// Per-chunk scratch: query rows, accumulators, score rows, softmax state.
+// Per-chunk scratch: query rows and their sums, accumulators, score rows,
+// softmax state.
 struct ChunkScratch {
-  float* q;     // [max_rows][head_dim]
-  float* acc;   // [max_rows][head_dim]
-  float* s;     // [max_rows][kKvTile]
-  float* m;     // [max_rows]
-  float* l;     // [max_rows]
-  float* corr;  // [max_rows]
+  float* q;      // [max_rows][head_dim]
+  float* acc;    // [max_rows][head_dim]
+  float* s;      // [max_rows][kKvTile]
+  float* m;      // [max_rows]
+  float* l;      // [max_rows]
+  float* corr;   // [max_rows]
+  float* q_sum;  // [max_rows]: sum_d q[r][d], for the int8 K zero points
 };
 
 std::size_t chunk_floats(std::size_t max_rows, std::size_t head_dim) {
-  return 2 * round_up(max_rows * head_dim) + round_up(max_rows * kKvTile) + 3 * round_up(max_rows);
+  return 2 * round_up(max_rows * head_dim) + round_up(max_rows * kKvTile) + 4 * round_up(max_rows);
 }
 
 ChunkScratch carve_chunk(float* base, std::size_t max_rows, std::size_t head_dim) {
@@ -173,6 +181,7 @@ ChunkScratch carve_chunk(float* base, std::size_t max_rows, std::size_t head_dim
   c.m = c.s + round_up(max_rows * kKvTile);
   c.l = c.m + round_up(max_rows);
   c.corr = c.l + round_up(max_rows);
+  c.q_sum = c.corr + round_up(max_rows);
   return c;
 }
 
@@ -183,12 +192,15 @@ std::size_t partial_floats(std::size_t max_rows, std::size_t head_dim) {
 }
 
 void score_tile(const AttentionKernels& k, const KvArrays<std::int8_t>& kv, std::size_t row,
-                const float* q, std::size_t ld_q, std::size_t rows, std::size_t n, float* s) {
+                const float* q, std::size_t ld_q, const float* q_sum, std::size_t rows,
+                std::size_t n, float* s) {
   const std::size_t hd = kv.layout.head_dim;
-  k.scores_q8(q, ld_q, rows, kv.k + row * hd, kv.k_scale + row, n, hd, s, kKvTile);
+  k.scores_q8(q, ld_q, rows, q_sum, kv.k + row * hd, kv.k_scale + row, kv.k_zero + row, n, hd, s,
+              kKvTile);
 }
 void score_tile(const AttentionKernels& k, const KvArrays<float>& kv, std::size_t row,
-                const float* q, std::size_t ld_q, std::size_t rows, std::size_t n, float* s) {
+                const float* q, std::size_t ld_q, const float*, std::size_t rows, std::size_t n,
+                float* s) {
   const std::size_t hd = kv.layout.head_dim;
   k.scores_f32(q, ld_q, rows, kv.k + row * hd, n, hd, s, kKvTile);
 }
@@ -196,13 +208,24 @@ void accumulate_tile(const AttentionKernels& k, const KvArrays<std::int8_t>& kv,
                      const float* w, std::size_t rows, std::size_t n, const float* corr,
                      float* acc) {
   const std::size_t hd = kv.layout.head_dim;
-  k.accumulate_q8(w, kKvTile, rows, kv.v + row * hd, n, hd, corr, acc, hd);
+  k.accumulate_q8(w, kKvTile, rows, kv.v + row * hd, kv.v_zero + row, n, hd, corr, acc, hd);
 }
 void accumulate_tile(const AttentionKernels& k, const KvArrays<float>& kv, std::size_t row,
                      const float* w, std::size_t rows, std::size_t n, const float* corr,
                      float* acc) {
   const std::size_t hd = kv.layout.head_dim;
   k.accumulate_f32(w, kKvTile, rows, kv.v + row * hd, n, hd, corr, acc, hd);
+}
+
+// sum_d x[d], in 8 independent chains: one chain of head_dim dependent adds
+// per query row would cost more than the row's copy.
+float row_sum(const float* x, std::size_t n) {
+  float part[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  std::size_t d = 0;
+  for (; d + 8 <= n; d += 8)
+    for (std::size_t i = 0; i < 8; ++i) part[i] += x[d + i];
+  for (; d < n; ++d) part[0] += x[d];
+  return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
 }
 
 // Item = (kv head g, query block qb, split sp): attends the block's query rows
@@ -226,9 +249,12 @@ void run_item(const Problem& p, const KvArrays<T>& kv, std::size_t item, std::si
 
   // Rows are token-major (row = (t - t0) * G + head in group), so the rows
   // that see any position of a tile are a suffix of the block.
+  // Each row's sum (for the int8 K zero points) once per item, not per tile.
   for (std::size_t r = 0; r < rows; ++r) {
     const float* src = p.q + (t0 + r / G) * q_stride + (g * G + r % G) * hd;
-    for (std::size_t d = 0; d < hd; ++d) c.q[r * hd + d] = src[d] * p.scale;
+    float* dst = c.q + r * hd;
+    for (std::size_t d = 0; d < hd; ++d) dst[d] = src[d] * p.scale;
+    c.q_sum[r] = row_sum(dst, hd);
   }
   float* acc = c.acc;
   float* m = c.m;
@@ -251,7 +277,8 @@ void run_item(const Problem& p, const KvArrays<T>& kv, std::size_t item, std::si
     const std::size_t t_first = p0 > p.start_pos && p0 - p.start_pos > t0 ? p0 - p.start_pos : t0;
     const std::size_t r0 = (t_first - t0) * G;
     const std::size_t active = rows - r0;
-    score_tile(p.kernels, kv, head_row + p0, c.q + r0 * hd, hd, active, n, c.s + r0 * kKvTile);
+    score_tile(p.kernels, kv, head_row + p0, c.q + r0 * hd, hd, c.q_sum + r0, active, n,
+               c.s + r0 * kKvTile);
     const float* v_scale = kv.v_scale != nullptr ? kv.v_scale + head_row + p0 : nullptr;
     for (std::size_t r = r0; r < rows; ++r) {
       const std::size_t visible = p.start_pos + t0 + r / G + 1 - p0;
@@ -402,12 +429,13 @@ absl::Status run(const float* q, std::size_t n_tokens, std::size_t start_pos, st
 absl::Status sdpa(const float* q, std::size_t n_tokens, std::size_t start_pos, std::size_t n_heads,
                   const QuantizedKvView& kv, float scale, float* out, MemoryAllocator& scratch,
                   ThreadPool* pool) {
-  const bool null_cache =
-      kv.k == nullptr || kv.v == nullptr || kv.k_scale == nullptr || kv.v_scale == nullptr;
+  const bool null_cache = kv.k == nullptr || kv.v == nullptr || kv.k_scale == nullptr ||
+                          kv.v_scale == nullptr || kv.k_zero == nullptr || kv.v_zero == nullptr;
   if (absl::Status s = validate(q, n_tokens, start_pos, n_heads, kv, null_cache, scale, out);
       !s.ok())
     return s;
-  const KvArrays<std::int8_t> arrays{kv.k, kv.v, kv.k_scale, kv.v_scale, kv.layout};
+  const KvArrays<std::int8_t> arrays{kv.k,      kv.v,      kv.k_scale, kv.v_scale,
+                                     kv.k_zero, kv.v_zero, kv.layout};
   return run(q, n_tokens, start_pos, n_heads, arrays, scale, out, scratch, pool);
 }
 
@@ -418,7 +446,7 @@ absl::Status sdpa(const float* q, std::size_t n_tokens, std::size_t start_pos, s
   if (absl::Status s = validate(q, n_tokens, start_pos, n_heads, kv, null_cache, scale, out);
       !s.ok())
     return s;
-  const KvArrays<float> arrays{kv.k, kv.v, nullptr, nullptr, kv.layout};
+  const KvArrays<float> arrays{kv.k, kv.v, nullptr, nullptr, nullptr, nullptr, kv.layout};
   return run(q, n_tokens, start_pos, n_heads, arrays, scale, out, scratch, pool);
 }
 

@@ -22,16 +22,21 @@
 // Work items are (kv head x query block), and when there are fewer items than
 // threads (e.g. decoding with few KV heads) each item's positions are split
 // across threads too and the partial softmax states merged. The int8 cache is
-// read directly: rows are converted in registers and the per-row scales
-// applied to the dot product (K) and folded into the softmax weights (V);
-// nothing is dequantized to memory.
+// read directly: rows are converted in registers and nothing is dequantized
+// to memory. Row p of K stands for k_scale_p * (k_p - z_p), so a score is
+// k_scale_p * (dot(q, k_p) - z_p * sum(q)), with sum(q) computed once per
+// query row; V's scales are folded into the softmax weights w_p, and its zero
+// points enter as one scalar sum_p w_p * z_p per output row and tile,
+// subtracted from every element.
 //
 // Paths: AVX-512 for head_dim a multiple of 16, AVX2 for a multiple of 8,
 // scalar for any other head_dim (every head_dim >= 1 is supported). With
 // AVX-512 VNNI (head_dim <= 512) the int8 K dot products run in integers: each
-// scaled query row is rounded to int16 (a relative step of 2^-15 of its
-// largest element, ~1/250 of the relative step of int8 K) and multiplied with
-// the int8 K rows by VPDPWSSD, about half the instructions of float math.
+// scaled query row is rounded to int16 (a step of 1/32767 of its largest
+// element, 1/16448 at head_dim 512: far finer than int8 K's 1/255 of its
+// row's range) and multiplied with the int8 K rows by VPDPWSSD, about half
+// the instructions of float math (the zero-point term uses the rounded row's
+// exact integer sum).
 //
 // Memory: scratch buffers come from `scratch` (the calling thread's temp
 // allocator), allocated on the calling thread before any work fans out; their

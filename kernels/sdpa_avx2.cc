@@ -1,7 +1,9 @@
 // AVX2 inner loops of sdpa (kernels/sdpa_impl.h); head_dim a multiple of 8.
 // Same structure as sdpa_avx512.cc with 8-lane vectors and smaller register
 // blocks (16 registers): scores in R x P blocks of at most 8 accumulators,
-// reduced together by an hadd tree; accumulation in R rows x 2 vectors.
+// reduced together by an hadd tree; accumulation in R rows x 2 vectors. The
+// int8 zero points cost one FMA per 8 scores and one short dot product per
+// output row and tile (zero_offsets).
 #include <immintrin.h>
 
 #include <cstring>
@@ -68,6 +70,33 @@ HEARTH_SDPA_INLINE __m256 scale_lanes(const float* k_scale) {
   return _mm256_broadcast_ss(k_scale);
 }
 
+// k_zero[j .. j + P) as floats, repeated R times to match dot_block's lanes.
+template <int P>
+HEARTH_SDPA_INLINE __m256 zero_lanes(const std::int8_t* k_zero) {
+  if constexpr (P == 8) {
+    return _mm256_cvtepi32_ps(
+        _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(k_zero))));
+  }
+  if constexpr (P == 4 || P == 2) {
+    std::uint32_t bytes = 0;
+    std::memcpy(&bytes, k_zero, P);
+    // P == 2: repeat the two bytes so the 4 lanes read z0 z1 z0 z1.
+    if constexpr (P == 2) bytes *= 0x10001u;
+    const __m128i z = _mm_cvtepi8_epi32(_mm_cvtsi32_si128(static_cast<int>(bytes)));
+    return _mm256_cvtepi32_ps(_mm256_broadcastsi128_si256(z));
+  }
+  return _mm256_set1_ps(static_cast<float>(k_zero[0]));
+}
+
+// Lane r * P + p = q_sum[r].
+template <int R, int P>
+HEARTH_SDPA_INLINE __m256 row_lanes(const float* q_sum) {
+  alignas(32) float lanes[8] = {};
+  for (int r = 0; r < R; ++r)
+    for (int p = 0; p < P; ++p) lanes[r * P + p] = q_sum[r];
+  return _mm256_load_ps(lanes);
+}
+
 // Writes lanes r * P + p of v to s[r * ld_s + p].
 template <int R, int P>
 HEARTH_SDPA_INLINE void store_block(__m256 v, float* s, std::size_t ld_s) {
@@ -76,52 +105,71 @@ HEARTH_SDPA_INLINE void store_block(__m256 v, float* s, std::size_t ld_s) {
   for (int r = 0; r < R; ++r) std::memcpy(s + r * ld_s, lanes + r * P, P * sizeof(float));
 }
 
+// k_scale nullptr: float K (no scales, no zero points).
 template <int R, int P, typename T>
-void score_rows(const float* q, std::size_t ld_q, const T* k, const float* k_scale, std::size_t n,
+void score_rows(const float* q, std::size_t ld_q, const float* q_sum, const T* k,
+                const float* k_scale, const std::int8_t* k_zero, std::size_t n,
                 std::size_t head_dim, float* s, std::size_t ld_s) {
+  __m256 sum_p = _mm256_setzero_ps(), sum_1 = _mm256_setzero_ps();
+  if (k_scale != nullptr) {
+    sum_p = row_lanes<R, P>(q_sum);
+    sum_1 = row_lanes<R, 1>(q_sum);
+  }
   std::size_t j = 0;
   for (; j + P <= n; j += P) {
     __m256 v = dot_block<R, P>(q, ld_q, k + j * head_dim, head_dim);
-    if (k_scale != nullptr) v = _mm256_mul_ps(v, scale_lanes<P>(k_scale + j));
+    if (k_scale != nullptr) {
+      v = _mm256_mul_ps(_mm256_fnmadd_ps(zero_lanes<P>(k_zero + j), sum_p, v),
+                        scale_lanes<P>(k_scale + j));
+    }
     store_block<R, P>(v, s + j, ld_s);
   }
   for (; j < n; ++j) {
     __m256 v = dot_block<R, 1>(q, ld_q, k + j * head_dim, head_dim);
-    if (k_scale != nullptr) v = _mm256_mul_ps(v, scale_lanes<1>(k_scale + j));
+    if (k_scale != nullptr) {
+      v = _mm256_mul_ps(_mm256_fnmadd_ps(zero_lanes<1>(k_zero + j), sum_1, v),
+                        scale_lanes<1>(k_scale + j));
+    }
     store_block<R, 1>(v, s + j, ld_s);
   }
 }
 
 template <typename T>
-void scores(const float* q, std::size_t ld_q, std::size_t rows, const T* k, const float* k_scale,
-            std::size_t n, std::size_t head_dim, float* s, std::size_t ld_s) {
+void scores(const float* q, std::size_t ld_q, std::size_t rows, const float* q_sum, const T* k,
+            const float* k_scale, const std::int8_t* k_zero, std::size_t n, std::size_t head_dim,
+            float* s, std::size_t ld_s) {
   std::size_t r = 0;
   for (; r + 4 <= rows; r += 4)
-    score_rows<4, 2>(q + r * ld_q, ld_q, k, k_scale, n, head_dim, s + r * ld_s, ld_s);
+    score_rows<4, 2>(q + r * ld_q, ld_q, q_sum + r, k, k_scale, k_zero, n, head_dim, s + r * ld_s,
+                     ld_s);
   switch (rows - r) {
     case 3:
-      score_rows<3, 2>(q + r * ld_q, ld_q, k, k_scale, n, head_dim, s + r * ld_s, ld_s);
+      score_rows<3, 2>(q + r * ld_q, ld_q, q_sum + r, k, k_scale, k_zero, n, head_dim, s + r * ld_s,
+                       ld_s);
       break;
     case 2:
-      score_rows<2, 4>(q + r * ld_q, ld_q, k, k_scale, n, head_dim, s + r * ld_s, ld_s);
+      score_rows<2, 4>(q + r * ld_q, ld_q, q_sum + r, k, k_scale, k_zero, n, head_dim, s + r * ld_s,
+                       ld_s);
       break;
     case 1:
-      score_rows<1, 8>(q + r * ld_q, ld_q, k, k_scale, n, head_dim, s + r * ld_s, ld_s);
+      score_rows<1, 8>(q + r * ld_q, ld_q, q_sum + r, k, k_scale, k_zero, n, head_dim, s + r * ld_s,
+                       ld_s);
       break;
     default:
       break;
   }
 }
 
-void scores_q8(const float* q, std::size_t ld_q, std::size_t rows, const std::int8_t* k,
-               const float* k_scale, std::size_t n, std::size_t head_dim, float* s,
-               std::size_t ld_s) {
-  scores(q, ld_q, rows, k, k_scale, n, head_dim, s, ld_s);
+void scores_q8(const float* q, std::size_t ld_q, std::size_t rows, const float* q_sum,
+               const std::int8_t* k, const float* k_scale, const std::int8_t* k_zero, std::size_t n,
+               std::size_t head_dim, float* s, std::size_t ld_s) {
+  scores(q, ld_q, rows, q_sum, k, k_scale, k_zero, n, head_dim, s, ld_s);
 }
 
 void scores_f32(const float* q, std::size_t ld_q, std::size_t rows, const float* k, std::size_t n,
                 std::size_t head_dim, float* s, std::size_t ld_s) {
-  scores(q, ld_q, rows, k, static_cast<const float*>(nullptr), n, head_dim, s, ld_s);
+  scores(q, ld_q, rows, static_cast<const float*>(nullptr), k, static_cast<const float*>(nullptr),
+         static_cast<const std::int8_t*>(nullptr), n, head_dim, s, ld_s);
 }
 
 // exp(x) for x <= 88 (Cephes polynomial, ~2 ulp); 0 below -80 (see
@@ -202,15 +250,18 @@ float softmax_row(float* s, std::size_t n_valid, std::size_t n, const float* v_s
   return corr;
 }
 
+// acc[r][d0 .. d0 + 8 * NV) for R rows over the tile's n positions, less
+// off[r].
 template <int R, int NV, typename T>
 HEARTH_SDPA_INLINE void accumulate_block(const float* w, std::size_t ld_w, const T* v,
                                          std::size_t n, std::size_t head_dim, std::size_t d0,
-                                         const float* corr, float* acc, std::size_t ld_acc) {
+                                         const float* corr, const float* off, float* acc,
+                                         std::size_t ld_acc) {
   __m256 a[R][NV];
   for (int r = 0; r < R; ++r) {
-    const __m256 c = _mm256_set1_ps(corr[r]);
+    const __m256 c = _mm256_set1_ps(corr[r]), o = _mm256_set1_ps(off[r]);
     for (int x = 0; x < NV; ++x)
-      a[r][x] = _mm256_mul_ps(_mm256_loadu_ps(acc + r * ld_acc + d0 + 8 * x), c);
+      a[r][x] = _mm256_fmsub_ps(_mm256_loadu_ps(acc + r * ld_acc + d0 + 8 * x), c, o);
   }
   for (std::size_t j = 0; j < n; ++j) {
     __m256 vv[NV];
@@ -228,30 +279,59 @@ HEARTH_SDPA_INLINE void accumulate_block(const float* w, std::size_t ld_w, const
     for (int x = 0; x < NV; ++x) _mm256_storeu_ps(acc + r * ld_acc + d0 + 8 * x, a[r][x]);
 }
 
+// off[r] = sum_j w[r][j] * zero[j] over j < n: the zero points' share of
+// output row r. Each 8 zero points are converted once for all R rows.
+template <int R>
+HEARTH_SDPA_INLINE void zero_offsets(const float* w, std::size_t ld_w, const std::int8_t* zero,
+                                     std::size_t n, float* off) {
+  __m256 sum[R];
+  for (int r = 0; r < R; ++r) sum[r] = _mm256_setzero_ps();
+  std::size_t j = 0;
+  for (; j + 8 <= n; j += 8) {
+    const __m256 z = _mm256_cvtepi32_ps(
+        _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(zero + j))));
+    for (int r = 0; r < R; ++r)
+      sum[r] = _mm256_fmadd_ps(_mm256_loadu_ps(w + r * ld_w + j), z, sum[r]);
+  }
+  for (int r = 0; r < R; ++r) {
+    off[r] = hsum8(sum[r]);
+    for (std::size_t t = j; t < n; ++t) off[r] += w[r * ld_w + t] * static_cast<float>(zero[t]);
+  }
+}
+
+// v_zero nullptr: float V, nothing subtracted.
 template <int R, typename T>
-void accumulate_rows(const float* w, std::size_t ld_w, const T* v, std::size_t n,
-                     std::size_t head_dim, const float* corr, float* acc, std::size_t ld_acc) {
+void accumulate_rows(const float* w, std::size_t ld_w, const T* v, const std::int8_t* v_zero,
+                     std::size_t n, std::size_t head_dim, const float* corr, float* acc,
+                     std::size_t ld_acc) {
+  float off[R] = {};
+  if (v_zero != nullptr) zero_offsets<R>(w, ld_w, v_zero, n, off);
   std::size_t d0 = 0;
   for (; d0 + 16 <= head_dim; d0 += 16)
-    accumulate_block<R, 2>(w, ld_w, v, n, head_dim, d0, corr, acc, ld_acc);
-  if (d0 < head_dim) accumulate_block<R, 1>(w, ld_w, v, n, head_dim, d0, corr, acc, ld_acc);
+    accumulate_block<R, 2>(w, ld_w, v, n, head_dim, d0, corr, off, acc, ld_acc);
+  if (d0 < head_dim) accumulate_block<R, 1>(w, ld_w, v, n, head_dim, d0, corr, off, acc, ld_acc);
 }
 
 template <typename T>
-void accumulate(const float* w, std::size_t ld_w, std::size_t rows, const T* v, std::size_t n,
-                std::size_t head_dim, const float* corr, float* acc, std::size_t ld_acc) {
+void accumulate(const float* w, std::size_t ld_w, std::size_t rows, const T* v,
+                const std::int8_t* v_zero, std::size_t n, std::size_t head_dim, const float* corr,
+                float* acc, std::size_t ld_acc) {
   std::size_t r = 0;
   for (; r + 4 <= rows; r += 4)
-    accumulate_rows<4>(w + r * ld_w, ld_w, v, n, head_dim, corr + r, acc + r * ld_acc, ld_acc);
+    accumulate_rows<4>(w + r * ld_w, ld_w, v, v_zero, n, head_dim, corr + r, acc + r * ld_acc,
+                       ld_acc);
   switch (rows - r) {
     case 3:
-      accumulate_rows<3>(w + r * ld_w, ld_w, v, n, head_dim, corr + r, acc + r * ld_acc, ld_acc);
+      accumulate_rows<3>(w + r * ld_w, ld_w, v, v_zero, n, head_dim, corr + r, acc + r * ld_acc,
+                         ld_acc);
       break;
     case 2:
-      accumulate_rows<2>(w + r * ld_w, ld_w, v, n, head_dim, corr + r, acc + r * ld_acc, ld_acc);
+      accumulate_rows<2>(w + r * ld_w, ld_w, v, v_zero, n, head_dim, corr + r, acc + r * ld_acc,
+                         ld_acc);
       break;
     case 1:
-      accumulate_rows<1>(w + r * ld_w, ld_w, v, n, head_dim, corr + r, acc + r * ld_acc, ld_acc);
+      accumulate_rows<1>(w + r * ld_w, ld_w, v, v_zero, n, head_dim, corr + r, acc + r * ld_acc,
+                         ld_acc);
       break;
     default:
       break;
@@ -259,15 +339,16 @@ void accumulate(const float* w, std::size_t ld_w, std::size_t rows, const T* v, 
 }
 
 void accumulate_q8(const float* w, std::size_t ld_w, std::size_t rows, const std::int8_t* v,
-                   std::size_t n, std::size_t head_dim, const float* corr, float* acc,
-                   std::size_t ld_acc) {
-  accumulate(w, ld_w, rows, v, n, head_dim, corr, acc, ld_acc);
+                   const std::int8_t* v_zero, std::size_t n, std::size_t head_dim,
+                   const float* corr, float* acc, std::size_t ld_acc) {
+  accumulate(w, ld_w, rows, v, v_zero, n, head_dim, corr, acc, ld_acc);
 }
 
 void accumulate_f32(const float* w, std::size_t ld_w, std::size_t rows, const float* v,
                     std::size_t n, std::size_t head_dim, const float* corr, float* acc,
                     std::size_t ld_acc) {
-  accumulate(w, ld_w, rows, v, n, head_dim, corr, acc, ld_acc);
+  accumulate(w, ld_w, rows, v, static_cast<const std::int8_t*>(nullptr), n, head_dim, corr, acc,
+             ld_acc);
 }
 
 }  // namespace

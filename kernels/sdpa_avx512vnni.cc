@@ -4,13 +4,16 @@
 //
 // Why integers: with float math each int8 K element costs a sign extension,
 // a conversion and one FMA per query row. Here each block of query rows is
-// rounded to int16 once per tile (scale amax / Qmax, error <= 2^-16 of the
-// row's largest element) and K is only sign-extended to int16, then
+// rounded to int16 once per tile (scale amax / Qmax, error <= 1 / (2 Qmax) of
+// the row's largest element) and K is only sign-extended to int16, then
 // VPDPWSSD multiplies 32 pairs per instruction into int32: about half the
-// instructions per K row. The int32 sums are exact; the scores are
-// (sum * q_scale) * k_scale.
+// instructions per K row. The zero point enters as z * sum(q16) with the
+// rounded row's integer sum, so dot(q16, k - z) = dot(q16, k) - z * sum(q16)
+// is exact in int32; the scores are (that * q_scale) * k_scale.
 //
-// Overflow: |sum| <= head_dim * Qmax * 127 < 2^31 by the choice of Qmax.
+// Overflow: |dot(q16, k - z)| <= head_dim * Qmax * 255 < 2^31 by the choice
+// of Qmax, and the two terms are each at most head_dim * Qmax * 128, so no
+// intermediate overflows either.
 #include <immintrin.h>
 
 #include <cstring>
@@ -83,23 +86,25 @@ HEARTH_SDPA_INLINE void dot_step(const std::int16_t* q, std::size_t ld, const st
 }
 
 // Integer dot products of R int16 query rows (stride ld, zero-padded to a
-// multiple of 32) with P consecutive K rows: lane r * P + p, as float.
+// multiple of 32) with P consecutive K rows: lane r * P + p.
 template <int R, int P>
-HEARTH_SDPA_INLINE __m512 dot_block(const std::int16_t* q, std::size_t ld, const std::int8_t* k,
-                                    std::size_t head_dim) {
+HEARTH_SDPA_INLINE __m512i dot_block(const std::int16_t* q, std::size_t ld, const std::int8_t* k,
+                                     std::size_t head_dim) {
   static_assert(R * P <= 16);
   __m512i acc[16];
   for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_si512();
   std::size_t d = 0;
   for (; d + kPad <= head_dim; d += kPad) dot_step<R, P>(q, ld, k, head_dim, d, true, acc);
   if (d < head_dim) dot_step<R, P>(q, ld, k, head_dim, d, false, acc);
-  return _mm512_cvtepi32_ps(reduce16(acc));
+  return reduce16(acc);
 }
 
-// Rounds R query rows to int16 (zero-padded); returns their scales in qs.
+// Rounds R query rows to int16 (zero-padded); returns their scales in qs and
+// the exact sums of their int16 elements in sums.
 template <int R>
 HEARTH_SDPA_INLINE void quantize_rows(const float* q, std::size_t ld_q, std::size_t head_dim,
-                                      float q_max, std::int16_t* out, std::size_t ld, float* qs) {
+                                      float q_max, std::int16_t* out, std::size_t ld, float* qs,
+                                      std::int32_t* sums) {
   for (int r = 0; r < R; ++r) {
     const float* row = q + r * ld_q;
     __m512 vmax = _mm512_setzero_ps();
@@ -109,10 +114,15 @@ HEARTH_SDPA_INLINE void quantize_rows(const float* q, std::size_t ld_q, std::siz
     qs[r] = amax / q_max;
     const __m512 inv = _mm512_set1_ps(amax > 0.0f ? q_max / amax : 0.0f);
     std::int16_t* dst = out + r * ld;
-    for (std::size_t d = 0; d < head_dim; d += 16)
-      _mm256_storeu_si256(
-          reinterpret_cast<__m256i*>(dst + d),
-          _mm512_cvtsepi32_epi16(_mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(row + d), inv))));
+    __m512i sum = _mm512_setzero_si512();  // |sum| <= head_dim * Qmax: no overflow
+    for (std::size_t d = 0; d < head_dim; d += 16) {
+      // |row * inv| <= Qmax, so the saturating narrowing never saturates and
+      // the int32 values summed are the int16 ones stored.
+      const __m512i x = _mm512_cvtps_epi32(_mm512_mul_ps(_mm512_loadu_ps(row + d), inv));
+      sum = _mm512_add_epi32(sum, x);
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + d), _mm512_cvtsepi32_epi16(x));
+    }
+    sums[r] = _mm512_reduce_add_epi32(sum);
     if (head_dim % kPad != 0)
       _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + head_dim), _mm256_setzero_si256());
   }
@@ -142,49 +152,83 @@ HEARTH_SDPA_INLINE __m512 row_lanes(const float* qs) {
     for (int p = 0; p < P; ++p) lanes[r * P + p] = qs[r];
   return _mm512_load_ps(lanes);
 }
+template <int R, int P>
+HEARTH_SDPA_INLINE __m512i row_lanes(const std::int32_t* sums) {
+  alignas(64) std::int32_t lanes[16] = {};
+  for (int r = 0; r < R; ++r)
+    for (int p = 0; p < P; ++p) lanes[r * P + p] = sums[r];
+  return _mm512_load_si512(lanes);
+}
+
+// k_zero[j .. j + P) as int32, repeated R times to match dot_block's lanes.
+template <int P>
+HEARTH_SDPA_INLINE __m512i zero_lanes(const std::int8_t* k_zero) {
+  if constexpr (P == 8) {
+    return _mm512_broadcast_i32x8(
+        _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(k_zero))));
+  }
+  if constexpr (P == 4) {
+    std::int32_t bytes = 0;
+    std::memcpy(&bytes, k_zero, 4);
+    return _mm512_broadcast_i32x4(_mm_cvtepi8_epi32(_mm_cvtsi32_si128(bytes)));
+  }
+  return _mm512_set1_epi32(k_zero[0]);
+}
+
+// (dot - z * sum) * q_scale * k_scale: the scores of one block.
+HEARTH_SDPA_INLINE __m512 finish(__m512i dot, __m512i zero, __m512i sum, __m512 q_scale,
+                                 __m512 k_scale) {
+  const __m512i exact = _mm512_sub_epi32(dot, _mm512_mullo_epi32(zero, sum));
+  return _mm512_mul_ps(_mm512_mul_ps(_mm512_cvtepi32_ps(exact), q_scale), k_scale);
+}
 
 template <int R, int P>
 void score_rows(const float* q, std::size_t ld_q, const std::int8_t* k, const float* k_scale,
-                std::size_t n, std::size_t head_dim, float* s, std::size_t ld_s) {
+                const std::int8_t* k_zero, std::size_t n, std::size_t head_dim, float* s,
+                std::size_t ld_s) {
   constexpr std::size_t kLd = kVnniMaxHeadDim;
   alignas(64) std::int16_t q16[R * kLd];
   float qs[R];
-  // Largest Qmax (<= 32767) with head_dim * Qmax * 127 < 2^31.
+  std::int32_t sums[R];
+  // Largest Qmax (<= 32767) with head_dim * Qmax * 255 < 2^31.
   const std::size_t padded = (head_dim + kPad - 1) / kPad * kPad;
-  const std::size_t limit = 2147483647u / (127u * padded);
+  const std::size_t limit = 2147483647u / (255u * padded);
   const float q_max = static_cast<float>(limit < 32767 ? limit : 32767);
-  quantize_rows<R>(q, ld_q, head_dim, q_max, q16, kLd, qs);
+  quantize_rows<R>(q, ld_q, head_dim, q_max, q16, kLd, qs, sums);
   const __m512 q_scale = row_lanes<R, P>(qs), q_scale1 = row_lanes<R, 1>(qs);
+  const __m512i sum = row_lanes<R, P>(sums), sum1 = row_lanes<R, 1>(sums);
   std::size_t j = 0;
   for (; j + P <= n; j += P) {
-    const __m512 v = dot_block<R, P>(q16, kLd, k + j * head_dim, head_dim);
-    store_block<R, P>(_mm512_mul_ps(_mm512_mul_ps(v, q_scale), scale_lanes<P>(k_scale + j)), s + j,
-                      ld_s);
+    const __m512i v = dot_block<R, P>(q16, kLd, k + j * head_dim, head_dim);
+    store_block<R, P>(
+        finish(v, zero_lanes<P>(k_zero + j), sum, q_scale, scale_lanes<P>(k_scale + j)), s + j,
+        ld_s);
   }
   for (; j < n; ++j) {
-    const __m512 v = dot_block<R, 1>(q16, kLd, k + j * head_dim, head_dim);
-    store_block<R, 1>(_mm512_mul_ps(_mm512_mul_ps(v, q_scale1), scale_lanes<1>(k_scale + j)), s + j,
-                      ld_s);
+    const __m512i v = dot_block<R, 1>(q16, kLd, k + j * head_dim, head_dim);
+    store_block<R, 1>(
+        finish(v, zero_lanes<1>(k_zero + j), sum1, q_scale1, scale_lanes<1>(k_scale + j)), s + j,
+        ld_s);
   }
 }
 
 }  // namespace
 
-void scores_q8_avx512vnni(const float* q, std::size_t ld_q, std::size_t rows, const std::int8_t* k,
-                          const float* k_scale, std::size_t n, std::size_t head_dim, float* s,
-                          std::size_t ld_s) {
+void scores_q8_avx512vnni(const float* q, std::size_t ld_q, std::size_t rows, const float*,
+                          const std::int8_t* k, const float* k_scale, const std::int8_t* k_zero,
+                          std::size_t n, std::size_t head_dim, float* s, std::size_t ld_s) {
   std::size_t r = 0;
   for (; r + 4 <= rows; r += 4)
-    score_rows<4, 4>(q + r * ld_q, ld_q, k, k_scale, n, head_dim, s + r * ld_s, ld_s);
+    score_rows<4, 4>(q + r * ld_q, ld_q, k, k_scale, k_zero, n, head_dim, s + r * ld_s, ld_s);
   switch (rows - r) {
     case 3:
-      score_rows<3, 4>(q + r * ld_q, ld_q, k, k_scale, n, head_dim, s + r * ld_s, ld_s);
+      score_rows<3, 4>(q + r * ld_q, ld_q, k, k_scale, k_zero, n, head_dim, s + r * ld_s, ld_s);
       break;
     case 2:
-      score_rows<2, 8>(q + r * ld_q, ld_q, k, k_scale, n, head_dim, s + r * ld_s, ld_s);
+      score_rows<2, 8>(q + r * ld_q, ld_q, k, k_scale, k_zero, n, head_dim, s + r * ld_s, ld_s);
       break;
     case 1:
-      score_rows<1, 8>(q + r * ld_q, ld_q, k, k_scale, n, head_dim, s + r * ld_s, ld_s);
+      score_rows<1, 8>(q + r * ld_q, ld_q, k, k_scale, k_zero, n, head_dim, s + r * ld_s, ld_s);
       break;
     default:
       break;

@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kernels/kv_cache.h"
+
 namespace hearth::kernels::sdpa_detail {
 
 // KV positions per tile. A tile's int8 K (or V) rows are 16 KiB at head_dim
@@ -30,11 +32,16 @@ inline constexpr std::size_t kPrefetchL2Bytes = 8192;
 // Notation: q is `rows` query rows of head_dim floats with stride ld_q,
 // already multiplied by the softmax scale; s and w are score / weight rows
 // with stride ld_s; acc is `rows` accumulator rows with stride ld_acc.
+// An int8 row j of K (or V) stands for k_scale[j] * (k[j][d] - k_zero[j])
+// (kernels/kv_cache.h); the zero points are applied once per score and once
+// per output row, never per element.
 struct AttentionKernels {
-  // s[r][j] = dot(q[r], k[j]) * k_scale[j]    (k: n rows of head_dim int8)
-  void (*scores_q8)(const float* q, std::size_t ld_q, std::size_t rows, const std::int8_t* k,
-                    const float* k_scale, std::size_t n, std::size_t head_dim, float* s,
-                    std::size_t ld_s);
+  // s[r][j] = (dot(q[r], k[j]) - k_zero[j] * q_sum[r]) * k_scale[j]
+  // (k: n rows of head_dim int8; q_sum[r] = sum_d q[r][d], which the caller
+  // computes once per query row, not per tile).
+  void (*scores_q8)(const float* q, std::size_t ld_q, std::size_t rows, const float* q_sum,
+                    const std::int8_t* k, const float* k_scale, const std::int8_t* k_zero,
+                    std::size_t n, std::size_t head_dim, float* s, std::size_t ld_s);
   // s[r][j] = dot(q[r], k[j])                 (k: n rows of head_dim floats)
   void (*scores_f32)(const float* q, std::size_t ld_q, std::size_t rows, const float* k,
                      std::size_t n, std::size_t head_dim, float* s, std::size_t ld_s);
@@ -45,11 +52,13 @@ struct AttentionKernels {
   // nullptr: 1) for j < n_valid and 0 for n_valid <= j < n.
   float (*softmax_row)(float* s, std::size_t n_valid, std::size_t n, const float* v_scale, float* m,
                        float* l);
-  // acc[r][d] = acc[r][d] * corr[r] + sum_j w[r][j] * v[j][d]   (v int8)
+  // acc[r][d] = acc[r][d] * corr[r] + sum_j w[r][j] * (v[j][d] - v_zero[j])
+  // (v int8), computed as sum_j w[r][j] * v[j][d] minus the one scalar
+  // sum_j w[r][j] * v_zero[j] per row.
   void (*accumulate_q8)(const float* w, std::size_t ld_w, std::size_t rows, const std::int8_t* v,
-                        std::size_t n, std::size_t head_dim, const float* corr, float* acc,
-                        std::size_t ld_acc);
-  // Same with float v.
+                        const std::int8_t* v_zero, std::size_t n, std::size_t head_dim,
+                        const float* corr, float* acc, std::size_t ld_acc);
+  // acc[r][d] = acc[r][d] * corr[r] + sum_j w[r][j] * v[j][d]   (v float)
   void (*accumulate_f32)(const float* w, std::size_t ld_w, std::size_t rows, const float* v,
                          std::size_t n, std::size_t head_dim, const float* corr, float* acc,
                          std::size_t ld_acc);
@@ -65,16 +74,31 @@ extern const AttentionKernels kAvx512Attention;
 // AVX-512 VNNI replaces AVX-512's scores_q8 with this one (int16 query rows,
 // VPDPWSSD) for head_dim a multiple of 16 up to kVnniMaxHeadDim (its int16
 // query block lives on the stack). Each query element is rounded to a step of
-// amax(|row|) / Qmax with Qmax = min(32767, floor((2^31 - 1) / (127 *
-// round_up(head_dim, 32)))), which keeps the int32 sums from overflowing.
+// amax(|row|) / Qmax with Qmax the largest value <= 32767 with 255 *
+// round_up(head_dim, 32) * Qmax < 2^31 (32767 up to head_dim 256, 16448 at
+// 512), so |sum_d q16[d] * (k[d] - k_zero)| <= 255 * head_dim * Qmax stays in
+// int32: the zero-point correction is exact too. It ignores q_sum and uses
+// the exact integer sum of the rounded row instead.
 inline constexpr std::size_t kVnniMaxHeadDim = 512;
-void scores_q8_avx512vnni(const float* q, std::size_t ld_q, std::size_t rows, const std::int8_t* k,
-                          const float* k_scale, std::size_t n, std::size_t head_dim, float* s,
-                          std::size_t ld_s);
+void scores_q8_avx512vnni(const float* q, std::size_t ld_q, std::size_t rows, const float* q_sum,
+                          const std::int8_t* k, const float* k_scale, const std::int8_t* k_zero,
+                          std::size_t n, std::size_t head_dim, float* s, std::size_t ld_s);
 
 // kv_cache.h's quantize_kv_row, per path; bit-identical results.
-float quantize_kv_row_scalar(const float* x, std::size_t n, std::int8_t* q);
-float quantize_kv_row_avx2(const float* x, std::size_t n, std::int8_t* q);
-float quantize_kv_row_avx512(const float* x, std::size_t n, std::int8_t* q);
+KvRowQuantization quantize_kv_row_scalar(const float* x, std::size_t n, std::int8_t* q);
+KvRowQuantization quantize_kv_row_avx2(const float* x, std::size_t n, std::int8_t* q);
+KvRowQuantization quantize_kv_row_avx512(const float* x, std::size_t n, std::int8_t* q);
+
+// The per-row parameters every path derives from a row's lo = min(0, min x)
+// and hi = max(0, max x) (kernels/kv_cache.h): scale = (hi - lo) / 255,
+// inv = 255 / (hi - lo), zero_point in [-128, 127]; all 0 for a row stored as
+// zeros. One out-of-line (scalar-compiled) function, so the paths cannot
+// differ in how they round these.
+struct KvRowParams {
+  float scale = 0.0f;
+  float inv = 0.0f;
+  int zero_point = 0;
+};
+KvRowParams kv_row_params(float lo, float hi);
 
 }  // namespace hearth::kernels::sdpa_detail

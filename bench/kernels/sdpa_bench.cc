@@ -4,7 +4,8 @@
 //
 // Decode attention is a stream over the layer's KV cache, so the figure of
 // merit is the KV bytes read per second (int8: K and V bytes plus their
-// per-row scales; float: K and V) as a fraction of the streaming bandwidth.
+// per-row scales and zero points; float: K and V) as a fraction of the
+// streaming bandwidth.
 // Each call reads another layer's cache, rotating over copies that total more
 // than 1 GiB, so every call reads from DRAM as it would in a real model.
 #include <benchmark/benchmark.h>
@@ -81,7 +82,9 @@ Caches& caches(std::size_t ctx, bool quantized) {
 // KV bytes one decode call reads.
 double kv_bytes_read(std::size_t ctx, bool quantized) {
   const double rows = static_cast<double>(kKvHeads * ctx);
-  return quantized ? 2 * rows * (kHeadDim + sizeof(float)) : 2 * rows * kHeadDim * sizeof(float);
+  // int8 row: head_dim codes, a float scale and an int8 zero point.
+  return quantized ? 2 * rows * (kHeadDim + sizeof(float) + 1)
+                   : 2 * rows * kHeadDim * sizeof(float);
 }
 
 // Args: context, threads.

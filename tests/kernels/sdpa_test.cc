@@ -25,13 +25,15 @@ namespace {
 
 // ---- Tolerances -------------------------------------------------------------
 //
-// u = 2^-24 (float unit roundoff), gamma(n) = n u / (1 - n u).
+// u = 2^-24 (float unit roundoff), gamma(n) = n u / (1 - n u). The int8 cache
+// stores row p as codes c_pd, a scale and a zero point z_p: the dequantized
+// element is k'_pd = k_scale_p (c_pd - z_p) (kernels/kv_cache.h).
 //
 // Float rounding (bound_round). Against exact attention in double on the same
 // K/V, a float implementation errs in:
-//  * each score s_p = dot(scale q, k_p) (x k_scale_p): at most
-//    E = gamma(head_dim + 2) * S1, S1 = max_p sum_d |scale q_d k_pd|, in any
-//    summation order (+2: the scale multiplies);
+//  * each score s_p = dot(scale q, k_p): at most E = gamma(head_dim + 2) * S1,
+//    S1 = max_p sum_d |scale q_d k_pd|, in any summation order (+2: the scale
+//    multiplies);
 //  * each weight exp(s_p - m): the argument errs by <= 2E + 64 u (scores,
 //    running max, the subtraction of |s - m| <= 64), the exp itself by <= 4u
 //    relative (libm or the ~2 ulp SIMD polynomial), and each of the T tile
@@ -40,24 +42,41 @@ namespace {
 //  * o_d = sum_p w_p v_pd / sum_p w_p: weights off by eps_w each move o by
 //    <= 2 eps_w max|v|, and summing ctx terms twice adds 2 gamma(ctx) max|v|.
 //  bound_round_d = (2 eps_w + 2 gamma(ctx) + 4u) * max_p |v_pd|.
-// The int8 cache's AVX-512 VNNI path also rounds each scaled query row to
-// int16 (kernels/sdpa_impl.h): steps of a = scale * amax|q| / Qmax, Qmax =
-// 32767 for head_dim <= 512, so each score moves by up to
-// E_q16 = a / 2 * max_p sum_d |k_pd| more; bound_round_int8 is bound_round
-// with E + E_q16 in place of E (used for every path on the int8 cache).
-// SIMD paths vs the scalar path: twice that (both err).
+//
+// Float rounding on the int8 cache (bound_round_int8): the same, but the
+// kernels sum codes and zero points separately and subtract:
+//  * a score is k_scale_p (dot(scale q, c_p) - z_p sum_d scale q_d): the two
+//    sums err by gamma(head_dim) times sum_d |scale q_d| |c_pd| and
+//    |z_p| sum_d |scale q_d|, the product, difference and scale add 3u, so
+//    E8 = gamma(head_dim + 3) * max_p k_scale_p sum_d |scale q_d| (|c_pd| +
+//    |z_p|), which can exceed S1 (cancellation) by up to 255 / max|c - z|.
+//  * the AVX-512 VNNI path rounds each scaled query row to int16: steps of
+//    a = scale * amax|q| / Qmax, Qmax = min(32767, floor((2^31 - 1) / (255 *
+//    round_up(head_dim, 32)))) (kernels/sdpa_impl.h), and since its
+//    zero-point correction uses the rounded row's exact sum, each score moves
+//    by up to E_q16 = a / 2 * max_p sum_d |k'_pd| more.
+//    eps_w8 = 2 (E8 + E_q16) + (4 (T + 2) + 64) u.
+//  * the output sums w_p k_scale_p c_pd and, once per tile, w_p k_scale_p z_p
+//    and subtracts: ctx + 2T + 2 roundings on terms of size w_p V8_d with
+//    V8_d = max_p v_scale_p (|c_pd| + |z_p|) (<= 255 v_scale_p).
+//  bound_round_int8_d = (2 eps_w8 + 4u) max_p |v'_pd|
+//                       + 2 gamma(ctx + 2T + 2) V8_d.
+// This is used for every path on the int8 cache; SIMD paths vs the scalar
+// path: twice that (both err).
 //
 // int8 quantization (bound_quant). Each cached element errs by at most half
-// a step, k_scale_p / 2 = amax_p / 254 (times 1 + 1e-6 for the float rounding
-// of 127 / amax). So score p moves by at most
-//   Delta_p = scale * sum_d |q_d| * k_scale_p / 2,  Delta = max_p Delta_p.
+// a step, k_scale_p / 2 = (max_p - min_p) / 510 with the row's range widened
+// to include 0, plus 2^-12 k_scale_p for the float rounding of the quantizer
+// (kv_cache_test.cc derives it): h_p = k_scale_p (1/2 + 2^-12). So score p
+// moves by at most
+//   Delta_p = scale * sum_d |q_d| * h_p,  Delta = max_p Delta_p.
 // Softmax weights then move by a factor within [e^-2Delta, e^2Delta]:
 // |pi'_p - pi_p| <= pi_p (e^{2 Delta} - 1). Since sum_p (pi'_p - pi_p) = 0,
 //   o'_d - o_d = sum_p (pi'_p - pi_p)(v_pd - o_d) + sum_p pi'_p (v'_pd - v_pd)
 // so |o'_d - o_d| <= (e^{2 Delta} - 1) sum_p pi_p |v_pd - o_d|
-//                     + e^{2 Delta} sum_p pi_p v_scale_p / 2,
+//                     + e^{2 Delta} sum_p pi_p v_scale_p (1/2 + 2^-12),
 // plus twice bound_round_int8 (float rounding on top, computed with the
-// original K/V, whose magnitudes the dequantized ones exceed by < Delta).
+// original K/V, whose magnitudes the dequantized ones exceed by < h_p).
 // This worst case assumes every element's error lines up, so over a long,
 // spread-out context it is larger than the outputs themselves. Hence also:
 //
@@ -71,7 +90,8 @@ namespace {
 // Var(e_pd) = v_scale_p^2 / 12, so
 //   sigma_d^2 = sum_p pi_p^2 [(v_pd - o_d)^2 Var(delta_p) + v_scale_p^2 / 12].
 // bound_stat_d = 6 sigma_d + sum_p pi_p 9 Var(delta_p) |v_pd - o_d| (second
-// order, at 3 sigma) + 2 bound_round_d. A Gaussian exceeds 6 sigma with
+// order, at 3 sigma) + 2 bound_round_int8_d without its E_q16 (the int16
+// query's rounding is already in Var(delta_p)). A Gaussian exceeds 6 sigma with
 // probability 2e-9 per element; the data are fixed by seeds, so the test is
 // deterministic. This is the int8 tolerance that catches bugs (wrong head,
 // dropped tile: Sdpa.QuantizationBoundIsTightEnoughToCatchBugs); exact
@@ -80,6 +100,14 @@ namespace {
 
 constexpr double kU = 1.0 / (1 << 24);
 double gamma(double n) { return n * kU / (1 - n * kU); }
+// A quantized element's largest error, in steps (see above).
+constexpr double kHalfStep = 0.5 + 1.0 / 4096;
+
+// The VNNI path's int16 query range (kernels/sdpa_impl.h).
+double vnni_q_max(std::size_t head_dim) {
+  const double limit = std::floor(2147483647.0 / (255.0 * ((head_dim + 31) / 32 * 32)));
+  return std::min(limit, 32767.0);
+}
 
 struct Shape {
   std::size_t n_heads, n_kv_heads, head_dim, start_pos, n_tokens;
@@ -98,8 +126,8 @@ using Buffer = std::unique_ptr<std::byte, FreeDeleter>;
 
 // One problem: float K/V of every position and the queries, and both caches
 // filled from them by kv_append. Cache slots past the context hold NaN (float)
-// or NaN scales (int8), so reading a position that is not attended poisons the
-// result.
+// or NaN scales (int8, zero points -1), so reading a position that is not
+// attended poisons the result.
 struct Problem {
   Shape s;
   std::size_t ctx;  // positions attended by the last token
@@ -122,11 +150,15 @@ std::unique_ptr<Problem> make_problem(const Shape& s, std::uint32_t seed, float 
   const std::size_t kv_width = s.n_kv_heads * s.head_dim;
   p->k.resize(p->ctx * kv_width);
   p->v.resize(p->ctx * kv_width);
-  // Rows of different magnitudes, so per-row scales differ.
+  // Rows of different magnitudes, so per-row scales differ, and offsets: a
+  // third of the rows are centred (zero points near 0), a third all >= 0 and
+  // a third all <= 0 (zero points near -128 / 127, which the kernels must
+  // subtract).
   for (auto* x : {&p->k, &p->v})
     for (std::size_t r = 0; r < p->ctx * s.n_kv_heads; ++r) {
       const float m = f(rng);
-      for (std::size_t d = 0; d < s.head_dim; ++d) (*x)[r * s.head_dim + d] = u(rng) * m;
+      const float offset = static_cast<float>(r % 3) - 1.0f;  // -1, 0, 1
+      for (std::size_t d = 0; d < s.head_dim; ++d) (*x)[r * s.head_dim + d] = (u(rng) + offset) * m;
     }
   p->q.resize(s.n_tokens * s.n_heads * s.head_dim);
   for (float& x : p->q) x = u(rng) * q_mag;
@@ -154,12 +186,21 @@ struct Reference {
   std::vector<double> out, bound_round, bound_round_int8, bound_quant, bound_stat;
 };
 
-// K/V: [ctx][n_kv_heads * head_dim]. quantized: also fill bound_quant, using
-// the int8 cache's scales.
+// K/V: [ctx][n_kv_heads * head_dim]. quantized: also fill bound_quant and
+// bound_stat, using the int8 cache's scales. bound_round_int8 uses the int8
+// cache's codes and zero points when the problem has a cache (p.qkv.k).
 Reference naive(const Problem& p, const std::vector<double>& K, const std::vector<double>& V,
                 bool quantized) {
   const Shape& s = p.s;
   const std::size_t hd = s.head_dim, G = s.n_heads / s.n_kv_heads, kvw = s.n_kv_heads * hd;
+  const bool cache = p.qkv.k != nullptr;
+  const std::size_t max_seq = p.layout.max_seq;
+  const auto k_scale = [&](std::size_t g, std::size_t j) -> double {
+    return p.qkv.k_scale[g * max_seq + j];
+  };
+  const auto v_scale = [&](std::size_t g, std::size_t j) -> double {
+    return p.qkv.v_scale[g * max_seq + j];
+  };
   Reference r;
   const std::size_t n = s.n_tokens * s.n_heads * hd;
   r.out.assign(n, 0.0);
@@ -173,13 +214,15 @@ Reference naive(const Problem& p, const std::vector<double>& K, const std::vecto
       const std::size_t g = h / G;
       const float* q = &p.q[(t * s.n_heads + h) * hd];
       std::vector<double> sc(len);
-      double mx = -INFINITY, s1 = 0, q1 = 0, q2 = 0, qmax = 0, k1 = 0, delta = 0;
+      double mx = -INFINITY, s1 = 0, s1_8 = 0, q1 = 0, q2 = 0, qmax = 0, k1 = 0, delta = 0;
       std::vector<double> var_delta(len);
       for (std::size_t d = 0; d < hd; ++d) {
         q1 += std::fabs(static_cast<double>(q[d]));
         q2 += static_cast<double>(q[d]) * q[d];
         qmax = std::max(qmax, std::fabs(static_cast<double>(q[d])));
       }
+      // Step of the VNNI path's int16 query row.
+      const double a = p.scale * qmax / vnni_q_max(hd) * (1 + 1e-5);
       for (std::size_t j = 0; j < len; ++j) {
         double dot = 0, abs_dot = 0, abs_k = 0, k2 = 0;
         for (std::size_t d = 0; d < hd; ++d) {
@@ -187,51 +230,73 @@ Reference naive(const Problem& p, const std::vector<double>& K, const std::vecto
           abs_dot += std::fabs(q[d] * K[j * kvw + g * hd + d]);
           abs_k += std::fabs(K[j * kvw + g * hd + d]);
         }
-        if (quantized) {  // the dequantized row's magnitudes: up to half a step more
-          const double half = p.qkv.k_scale[g * p.layout.max_seq + j] * 0.5;
+        if (quantized) {  // the dequantized row's magnitudes: up to h_j more
+          const double h_j = k_scale(g, j) * kHalfStep;
           for (std::size_t d = 0; d < hd; ++d)
-            k2 += std::pow(std::fabs(K[j * kvw + g * hd + d]) + half, 2);
-          abs_k += static_cast<double>(hd) * half;
+            k2 += std::pow(std::fabs(K[j * kvw + g * hd + d]) + h_j, 2);
+          abs_k += static_cast<double>(hd) * h_j;
+          delta = std::max(delta, p.scale * q1 * h_j);
+          var_delta[j] = (p.scale * p.scale * q2 * k_scale(g, j) * k_scale(g, j) + a * a * k2) / 12;
+        }
+        if (cache) {  // the int8 kernels' sums: codes and zero point apart
+          const std::int8_t* c = &p.qkv.k[(g * max_seq + j) * hd];
+          const double z = std::fabs(static_cast<double>(p.qkv.k_zero[g * max_seq + j]));
+          double sum = 0;
+          for (std::size_t d = 0; d < hd; ++d)
+            sum += std::fabs(static_cast<double>(q[d])) * (std::abs(c[d]) + z);
+          s1_8 = std::max(s1_8, p.scale * k_scale(g, j) * sum);
         }
         k1 = std::max(k1, abs_k);
         sc[j] = dot * p.scale;
         mx = std::max(mx, sc[j]);
         s1 = std::max(s1, abs_dot * p.scale);
-        if (quantized)
-          delta = std::max(
-              delta, p.scale * q1 * p.qkv.k_scale[g * p.layout.max_seq + j] * 0.5 * (1 + 1e-6));
       }
       double sum = 0;
       for (double& x : sc) sum += (x = std::exp(x - mx));
       for (double& x : sc) x /= sum;  // now pi_p
       const double tiles = std::ceil(static_cast<double>(len) / 128.0);
-      const double eps_w =
-          2 * gamma(static_cast<double>(hd) + 2) * s1 + (4 * (tiles + 2) + 64) * kU;
-      const double e_q16 = p.scale * qmax / 32767 / 2 * (1 + 1e-5) * k1;
-      const double eps_w8 = eps_w + 2 * e_q16;
+      const double exps = (4 * (tiles + 2) + 64) * kU;
+      const double eps_w = 2 * gamma(static_cast<double>(hd) + 2) * s1 + exps;
+      const double e_q16 = a / 2 * k1;
+      const double eps_w8 = 2 * (gamma(static_cast<double>(hd) + 3) * s1_8 + e_q16) + exps;
+      const double eps_w8_float = eps_w8 - 2 * e_q16;  // float rounding only
       const double grow = std::exp(2 * delta) - 1;
       for (std::size_t d = 0; d < hd; ++d) {
-        double o = 0, vmax = 0;
+        // vmax8: max |v'|, the dequantized values' (up to a half step more
+        // than the float ones when V is the original).
+        double o = 0, vmax = 0, vmax8 = 0, v8 = 0;
         for (std::size_t j = 0; j < len; ++j) {
           o += sc[j] * V[j * kvw + g * hd + d];
           vmax = std::max(vmax, std::fabs(V[j * kvw + g * hd + d]));
+          vmax8 = std::max(vmax8, std::fabs(V[j * kvw + g * hd + d]) +
+                                      (quantized ? v_scale(g, j) * kHalfStep : 0.0));
+          if (cache) {
+            const std::size_t row = g * max_seq + j;
+            v8 = std::max(v8, v_scale(g, j) * (std::abs(p.qkv.v[row * hd + d]) +
+                                               std::abs(static_cast<int>(p.qkv.v_zero[row]))));
+          }
         }
         const std::size_t i = (t * s.n_heads + h) * hd + d;
         r.out[i] = o;
         r.bound_round[i] = (2 * eps_w + 2 * gamma(static_cast<double>(len)) + 4 * kU) * vmax;
-        r.bound_round_int8[i] = (2 * eps_w8 + 2 * gamma(static_cast<double>(len)) + 4 * kU) * vmax;
+        r.bound_round_int8[i] = (2 * eps_w8 + 4 * kU) * vmax8 +
+                                2 * gamma(static_cast<double>(len) + 2 * tiles + 2) * v8;
         if (quantized) {
           double mad = 0, vstep = 0, var = 0, second = 0;
           for (std::size_t j = 0; j < len; ++j) {
             const double dev = std::fabs(V[j * kvw + g * hd + d] - o);
-            const double vs = p.qkv.v_scale[g * p.layout.max_seq + j];
+            const double vs = v_scale(g, j);
             mad += sc[j] * dev;
-            vstep += sc[j] * vs * 0.5 * (1 + 1e-6);
+            vstep += sc[j] * vs * kHalfStep;
             var += sc[j] * sc[j] * (dev * dev * var_delta[j] + vs * vs / 12);
             second += sc[j] * 9 * var_delta[j] * dev;
           }
           r.bound_quant[i] = grow * mad + (grow + 1) * vstep + 2 * r.bound_round_int8[i];
-          r.bound_stat[i] = 6 * std::sqrt(var) + second + 2 * r.bound_round[i];
+          // The int16 query's rounding is in var_delta, so only float
+          // rounding is added on top.
+          const double round_int8_float = (2 * eps_w8_float + 4 * kU) * vmax8 +
+                                          2 * gamma(static_cast<double>(len) + 2 * tiles + 2) * v8;
+          r.bound_stat[i] = 6 * std::sqrt(var) + second + 2 * round_int8_float;
         }
       }
     }
@@ -251,9 +316,9 @@ void dequantized(const Problem& p, std::vector<double>* K, std::vector<double>* 
       const std::size_t row = g * p.layout.max_seq + j;
       for (std::size_t d = 0; d < hd; ++d) {
         (*K)[j * kvw + g * hd + d] =
-            static_cast<double>(p.qkv.k_scale[row]) * p.qkv.k[row * hd + d];
+            static_cast<double>(p.qkv.k_scale[row]) * (p.qkv.k[row * hd + d] - p.qkv.k_zero[row]);
         (*V)[j * kvw + g * hd + d] =
-            static_cast<double>(p.qkv.v_scale[row]) * p.qkv.v[row * hd + d];
+            static_cast<double>(p.qkv.v_scale[row]) * (p.qkv.v[row * hd + d] - p.qkv.v_zero[row]);
       }
     }
 }

@@ -1,0 +1,166 @@
+// bench_engine: decode and prefill tokens/s of whole synthetic models, with
+// the roofline ratio of decode against the streaming bandwidth measured in the
+// same run.
+//
+//   decode roofline = decode tokens/s x bytes read per token / streaming bandwidth
+//
+// where the bytes read per token are the packed projection weights, one
+// embedding row and the KV cache read at the measured context. Shapes:
+//   (a) 768 wide, 12 layers, 12 heads, FFN 2048, vocab 32000
+//   (b) the TinyLlama 1.1B shape: 2048 wide, 22 layers, 32 heads, 4 KV heads, FFN 5632, vocab 32000
+// each in Q8_0 and Q4_0, on 1 and 2 threads; prefill of a 128-token prompt.
+//
+// Run: build/release/bench/bench_engine [--benchmark_filter=...]
+// With HEARTH_WRITE_MODELS_TO=DIR the synthetic models are also written there
+// (to run another engine on exactly the same files).
+#include <benchmark/benchmark.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <memory>
+#include <string>
+
+#include "bench_support.h"
+#include "engine/module.h"
+#include "kernels/cpu_features.h"
+#include "engine/synthetic_model.h"
+#include "memory/thread_temp_allocator.h"
+#include "spdlog/spdlog.h"
+
+namespace hearth::bench {
+namespace {
+
+using engine::GgmlType;
+
+struct Shape {
+  const char* name;
+  std::size_t dim, layers, heads, kv_heads, ffn, vocab;
+};
+constexpr Shape kShapeA{"a-768x12", 768, 12, 12, 12, 2048, 32000};
+constexpr Shape kShapeB{"b-tinyllama-1.1B", 2048, 22, 32, 4, 5632, 32000};
+
+constexpr std::size_t kPromptTokens = 128;
+constexpr std::size_t kDecodeTokens = 64;
+
+struct Loaded {
+  std::string bytes;  // the GGUF file, in memory
+  std::shared_ptr<const engine::ModelWeights> weights;
+};
+
+Loaded& model(const Shape& s, GgmlType type) {
+  static std::map<std::string, std::unique_ptr<Loaded>> cache;
+  const std::string key = std::string(s.name) + "/" + engine::ggml_type_name(type);
+  auto& slot = cache[key];
+  if (slot) return *slot;
+  slot = std::make_unique<Loaded>();
+  engine::SyntheticModelSpec spec;
+  spec.name = key;
+  spec.n_embd = s.dim;
+  spec.n_layer = s.layers;
+  spec.n_head = s.heads;
+  spec.n_head_kv = s.kv_heads;
+  spec.n_ff = s.ffn;
+  spec.n_vocab = s.vocab;
+  spec.context_length = 2048;
+  spec.weight_type = type;
+  auto bytes = engine::synthesize_model(spec);
+  if (!bytes.ok()) std::abort();
+  slot->bytes = std::move(*bytes);
+  if (const char* dir = std::getenv("HEARTH_WRITE_MODELS_TO")) {
+    const auto path = std::filesystem::path(dir) / (std::string(s.name) + "-" + engine::ggml_type_name(type) + ".gguf");
+    std::ofstream(path, std::ios::binary).write(slot->bytes.data(), static_cast<std::streamsize>(slot->bytes.size()));
+  }
+  auto file = engine::GgufFile::parse(reinterpret_cast<const std::uint8_t*>(slot->bytes.data()), slot->bytes.size(), key);
+  if (!file.ok()) std::abort();
+  auto weights = engine::ModelWeights::load(std::shared_ptr<const engine::GgufFile>(std::move(*file)));
+  if (!weights.ok()) {
+    std::fprintf(stderr, "%s\n", std::string(weights.status().message()).c_str());
+    std::abort();
+  }
+  slot->weights = std::move(*weights);
+  return *slot;
+}
+
+void BM_Model(benchmark::State& state, const Shape& shape, GgmlType type) {
+  const auto threads = static_cast<std::size_t>(state.range(0));
+  Loaded& m = model(shape, type);
+  engine::ModuleOptions o;
+  o.context_length = kPromptTokens + kDecodeTokens + 8;
+  o.max_chunk = kPromptTokens;
+  o.pool = &bench_pool(threads);
+  auto module = engine::Module::load(m.weights, o);
+  if (!module.ok()) std::abort();
+  engine::Module& mod = **module;
+  std::vector<std::int32_t> prompt(kPromptTokens);
+  for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<std::int32_t>(300 + (i * 7919) % 20000);
+  CachingAllocator& temp = thread_temp_allocator();
+  double prefill_s = 0, decode_s = 0;
+  for (auto _ : state) {
+    auto t0 = std::chrono::steady_clock::now();
+    auto logits = mod.forward(prompt, 0);
+    auto t1 = std::chrono::steady_clock::now();
+    temp.reset();
+    std::int32_t next = 0;
+    std::size_t pos = kPromptTokens;
+    // One warm decode step, then the timed ones.
+    std::int32_t one[1] = {next};
+    logits = mod.forward(one, pos++);
+    temp.reset();
+    auto t2 = std::chrono::steady_clock::now();
+    for (std::size_t i = 0; i < kDecodeTokens; ++i) {
+      next = static_cast<std::int32_t>(std::max_element(logits->begin(), logits->end()) - logits->begin());
+      one[0] = next;
+      logits = mod.forward(one, pos++);
+      temp.reset();
+    }
+    auto t3 = std::chrono::steady_clock::now();
+    prefill_s = std::chrono::duration<double>(t1 - t0).count();
+    decode_s = std::chrono::duration<double>(t3 - t2).count();
+    state.SetIterationTime(prefill_s + decode_s);
+  }
+  const engine::ModelConfig& c = mod.config();
+  const double prefill_tps = static_cast<double>(kPromptTokens) / prefill_s;
+  const double decode_tps = static_cast<double>(kDecodeTokens) / decode_s;
+  // Bytes read per decode token: packed weights + one embedding row + the KV
+  // cache at the mean decode position (int8 rows: head_dim + 8 bytes of scales).
+  const double mean_ctx = static_cast<double>(kPromptTokens) + kDecodeTokens / 2.0;
+  const double kv_bytes = 2.0 * c.n_layer * c.n_head_kv * mean_ctx * (c.head_dim + 8);
+  const double bytes_per_token = static_cast<double>(m.weights->packed_bytes()) +
+                                 static_cast<double>(kernels::row_bytes(m.weights->embedding_type(), c.n_embd)) + kv_bytes;
+  const double bw = stream_read_gbps(threads) * 1e9;
+  const double roofline = decode_tps * bytes_per_token / bw;
+  state.counters["prefill_tok_s"] = prefill_tps;
+  state.counters["decode_tok_s"] = decode_tps;
+  state.counters["roofline"] = roofline;
+  char fig[200];
+  std::snprintf(fig, sizeof fig, "prefill %.1f tok/s | decode %.2f tok/s = %.0f%% of roofline (%.2f GB/token)",
+                prefill_tps, decode_tps, 100 * roofline, bytes_per_token / 1e9);
+  summary(std::string("model ") + shape.name + " " + engine::ggml_type_name(type),
+          std::to_string(threads) + " thread" + (threads == 1 ? "" : "s"), fig);
+}
+
+BENCHMARK_CAPTURE(BM_Model, a_q8_0, kShapeA, GgmlType::kQ8_0)->Arg(1)->Arg(2)->Iterations(2)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Model, a_q4_0, kShapeA, GgmlType::kQ4_0)->Arg(1)->Arg(2)->Iterations(2)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Model, b_q8_0, kShapeB, GgmlType::kQ8_0)->Arg(1)->Arg(2)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Model, b_q4_0, kShapeB, GgmlType::kQ4_0)->Arg(1)->Arg(2)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+
+}  // namespace
+}  // namespace hearth::bench
+
+int main(int argc, char** argv) {
+  spdlog::set_level(spdlog::level::warn);
+  benchmark::Initialize(&argc, argv);
+  if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
+  std::printf("kernel ISA: %s\n", hearth::kernels::isa_name(hearth::kernels::best_isa()));
+  hearth::bench::stream_read_gbps(1);
+  hearth::bench::stream_read_gbps(2);
+  benchmark::RunSpecifiedBenchmarks();
+  benchmark::Shutdown();
+  hearth::bench::print_summary();
+  return 0;
+}

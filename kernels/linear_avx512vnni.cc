@@ -37,6 +37,8 @@ inline __mmask16 row_mask(std::size_t n_out, std::size_t g) {
   return static_cast<__mmask16>((1u << rows) - 1u);
 }
 
+constexpr std::size_t kQ4PrefetchBlocks = 8;
+
 // Row groups [g, g + G) x the T tokens of token tile `tile`. When `pf` is
 // not null, also prefetches a.blocks cache lines from it into L2, one per block.
 template <int G, int T, bool kQ4, bool kPerToken>
@@ -68,6 +70,18 @@ void tile(const PackedWeights& w, const QuantizedActivations& a, std::size_t g, 
 #pragma GCC unroll 4
       for (int i = 0; i < G; ++i) acc[i][j] = load_broadcast(bp + j);
     if constexpr (kQ4) {
+      if constexpr (T == 1) {
+        // Decode: int4 blocks cost more instructions per byte than int8, so
+        // the hardware prefetcher runs less far ahead; fetch the block
+        // kQ4PrefetchBlocks ahead of each group ourselves.
+#pragma GCC unroll 4
+        for (int i = 0; i < G; ++i) {
+#pragma GCC unroll 4
+          for (int c = 0; c < 4; ++c)
+            _mm_prefetch(reinterpret_cast<const char*>(wp + i * gs + kQ4PrefetchBlocks * kBlockBytes + 64 * c),
+                         _MM_HINT_T0);
+        }
+      }
 #pragma GCC unroll 4
       for (int c = 0; c < 4; ++c) {
         __m512i lo[G], hi[G];

@@ -107,10 +107,12 @@ struct Loader {
     const GgufTensorInfo& ti = **t;
     if (auto s = check_shape(f, ti, n_in, n_out); !s.ok()) return s;
     absl::StatusOr<Linear> l = absl::InternalError("unset");
-    const bool convertible = n_in % 32 == 0;
     const bool is_float =
         ti.type == GgmlType::kF32 || ti.type == GgmlType::kF16 || ti.type == GgmlType::kBF16;
-    if (is_float && options.convert != LoadOptions::Convert::kNone && convertible) {
+    // Float weights are re-quantized on request when their rows allow blocks of 32.
+    const bool converted =
+        is_float && options.convert != LoadOptions::Convert::kNone && n_in % 32 == 0;
+    if (converted) {
       auto x = to_float(f, ti);
       if (!x.ok()) return x.status();
       if (options.convert == LoadOptions::Convert::kQ8_0) {
@@ -150,18 +152,14 @@ struct Loader {
           break;
         }
         default:
-          return bad_tensor(
-              f, ti,
-              str_cat("type ", ggml_type_name(ti.type),
-                      " is not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K)"));
+          // to_float() refuses every type not handled above, naming it.
+          return to_float(f, ti).status();
       }
     }
     if (!l.ok()) return bad_tensor(f, ti, std::string(l.status().message()));
-    ++type_counts[ggml_type_name(ti.type) +
-                  (is_float && options.convert != LoadOptions::Convert::kNone && convertible
-                       ? std::string("->") +
-                             (options.convert == LoadOptions::Convert::kQ8_0 ? "Q8_0" : "Q4_0")
-                       : std::string())];
+    std::string type = ggml_type_name(ti.type);
+    if (converted) type += options.convert == LoadOptions::Convert::kQ8_0 ? "->Q8_0" : "->Q4_0";
+    ++type_counts[type];
     packed_bytes += l->weight_bytes();
     if (!keep_pages) f.release_pages(ti);
     return l;

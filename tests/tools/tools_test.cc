@@ -290,6 +290,19 @@ struct ProcessResult {
   std::string out, err;
 };
 
+// A refused command line: a clean non-zero exit (no crash) whose stderr
+// mentions `expected` (the flag or file at fault).
+void expect_refused(const ProcessResult& r, const std::vector<std::string>& args,
+                    const std::string& expected) {
+  std::string cmd;
+  for (const auto& a : args) cmd += " " + a;
+  EXPECT_NE(r.exit_code, 0) << cmd;
+  EXPECT_LT(r.exit_code, 128) << cmd << ": crashed";
+  EXPECT_NE(r.err.find(expected), std::string::npos)
+      << cmd << ": stderr should mention '" << expected << "' but is:\n"
+      << r.err;
+}
+
 class ToolsTest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -421,14 +434,8 @@ TEST_F(ToolsTest, GenerateRefusesBadArgumentsNamingTheFlagOrFile) {
   };
   for (const Case& c : cases) {
     const ProcessResult r = generate(c.args);
-    std::string cmd;
-    for (const auto& a : c.args) cmd += " " + a;
-    EXPECT_NE(r.exit_code, 0) << cmd;
-    EXPECT_LT(r.exit_code, 128) << cmd << ": crashed";
-    EXPECT_NE(r.err.find(c.expected), std::string::npos)
-        << cmd << ": stderr should mention '" << c.expected << "' but is:\n"
-        << r.err;
-    EXPECT_EQ(r.out, "") << cmd << ": nothing belongs on stdout";
+    expect_refused(r, c.args, c.expected);
+    EXPECT_EQ(r.out, "") << c.expected << ": nothing belongs on stdout";
   }
 }
 
@@ -672,14 +679,7 @@ TEST_F(ToolsTest, SynthAndUnknownCommandsRefuseBadArguments) {
       {{"inspect", path("absent.gguf").string()}, path("absent.gguf").string()},
   };
   for (const Case& c : cases) {
-    const ProcessResult r = model(c.args);
-    std::string cmd;
-    for (const auto& a : c.args) cmd += " " + a;
-    EXPECT_NE(r.exit_code, 0) << cmd;
-    EXPECT_LT(r.exit_code, 128) << cmd << ": crashed";
-    EXPECT_NE(r.err.find(c.expected), std::string::npos)
-        << cmd << ": stderr should mention '" << c.expected << "' but is:\n"
-        << r.err;
+    expect_refused(model(c.args), c.args, c.expected);
   }
   EXPECT_FALSE(fs::exists(out)) << "a refused synth must not leave a file";
   // No arguments at all: usage on stderr, non-zero.

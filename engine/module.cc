@@ -5,12 +5,12 @@
 #include <cstdlib>
 
 #include "absl/status/status.h"
-#include "spdlog/spdlog.h"
 #include "engine/str_cat.h"
 #include "kernels/block_ops.h"
 #include "kernels/embedding.h"
 #include "kernels/sdpa.h"
 #include "memory/thread_temp_allocator.h"
+#include "spdlog/spdlog.h"
 
 namespace hearth::engine {
 namespace {
@@ -81,8 +81,9 @@ absl::StatusOr<std::unique_ptr<Module>> Module::load(std::shared_ptr<const Model
         str_cat("context_length = ", m->context_, " is out of range [1, 1048576]"));
   }
   HEARTH_RETURN_IF_ERROR(m->plan(planned));
-  spdlog::info("loaded instance of '{}' ({}, {} layers, {} weights, context {}, {} KV cache):", c.name, c.arch_name,
-               c.n_layer, m->weights_->quantization(), m->context_, kv_cache_type_name(m->options_.kv_cache));
+  spdlog::info("loaded instance of '{}' ({}, {} layers, {} weights, context {}, {} KV cache):",
+               c.name, c.arch_name, c.n_layer, m->weights_->quantization(), m->context_,
+               kv_cache_type_name(m->options_.kv_cache));
   for (const std::string& line : m->memory_report().lines()) spdlog::info("  {}", line);
   return m;
 }
@@ -179,9 +180,10 @@ absl::StatusOr<std::span<const float>> Module::forward(std::span<const std::int3
     scratch.reset();
     const LayerWeights& L = w.layers()[l];
     kernels::rms_norm(x_, L.attn_norm.data(), n, d, c.rms_eps, xn_, pool);
-    HEARTH_RETURN_IF_ERROR(L.wq.forward(xn_, n, q_, scratch, pool));
-    HEARTH_RETURN_IF_ERROR(L.wk.forward(xn_, n, k_, scratch, pool));
-    HEARTH_RETURN_IF_ERROR(L.wv.forward(xn_, n, v_, scratch, pool));
+    const kernels::Linear* qkv[] = {&L.wq, &L.wk, &L.wv};
+    float* const qkv_out[] = {q_, k_, v_};
+    HEARTH_RETURN_IF_ERROR(
+        kernels::Linear::forward_same_input(qkv, xn_, n, qkv_out, scratch, pool));
     if (!L.bq.empty()) {
       kernels::add_rows_inplace(q_, L.bq.data(), n, c.q_dim(), pool);
       kernels::add_rows_inplace(k_, L.bk.data(), n, c.kv_dim(), pool);
@@ -202,8 +204,10 @@ absl::StatusOr<std::span<const float>> Module::forward(std::span<const std::int3
     kernels::add_inplace(x_, tmp_, n * d, pool);
 
     kernels::rms_norm(x_, L.ffn_norm.data(), n, d, c.rms_eps, xn_, pool);
-    HEARTH_RETURN_IF_ERROR(L.w_gate.forward(xn_, n, gate_, scratch, pool));
-    HEARTH_RETURN_IF_ERROR(L.w_up.forward(xn_, n, up_, scratch, pool));
+    const kernels::Linear* gate_up[] = {&L.w_gate, &L.w_up};
+    float* const gate_up_out[] = {gate_, up_};
+    HEARTH_RETURN_IF_ERROR(
+        kernels::Linear::forward_same_input(gate_up, xn_, n, gate_up_out, scratch, pool));
     kernels::swiglu(gate_, up_, n * c.n_ff, gate_, pool);
     HEARTH_RETURN_IF_ERROR(L.w_down.forward(gate_, n, tmp_, scratch, pool));
     kernels::add_inplace(x_, tmp_, n * d, pool);
@@ -233,7 +237,8 @@ absl::Status Module::warm_up() {
   if (!r.ok()) return r.status();
   r = forward(std::span<const std::int32_t>(prompt.data(), 1), prompt.size());
   if (temp_ == nullptr) thread_temp_allocator().reset();
-  if (r.ok()) spdlog::info("warmed up: {}", format_usage_line("peak_temp_allocator", peak_temp_, 0));
+  if (r.ok())
+    spdlog::info("warmed up: {}", format_usage_line("peak_temp_allocator", peak_temp_, 0));
   return r.status();
 }
 

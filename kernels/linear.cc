@@ -8,6 +8,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/fp16.h"
 #include "kernels/linear_impl.h"
+#include "memory/streamed_buffer.h"
 
 namespace hearth::kernels {
 
@@ -26,6 +27,9 @@ constexpr std::size_t kMinParallelMacs = std::size_t{1} << 20;
 constexpr std::size_t kMinParallelGemvMacs = std::size_t{1} << 18;
 // Activation quantization goes to the pool from this many inputs (~50 us).
 constexpr std::size_t kMinParallelQuantize = std::size_t{1} << 16;
+// Row groups one thread takes at a time on the GEMV path: the GEMV kernel's
+// register tile.
+constexpr std::size_t kGemvUnit = 4;
 // From this many tokens the matmul is a GEMM: threads split the tokens when
 // there are too few row groups to split.
 constexpr std::size_t kGemmTokens = 8;
@@ -93,7 +97,7 @@ absl::StatusOr<Linear> Linear::allocate_packed(Format format, std::size_t n_out,
   l.scales_offset_ = blocks * block_bytes;  // block_bytes is a multiple of 64
   l.group_stride_ = l.scales_offset_ + round_up(blocks * kScaleBytes, 64);
   const std::size_t bytes = l.groups_ * l.group_stride_;
-  l.packed_.reset(static_cast<std::uint8_t*>(std::aligned_alloc(64, bytes)));
+  l.packed_.reset(static_cast<std::uint8_t*>(allocate_streamed(bytes)));
   if (l.packed_ == nullptr)
     return absl::ResourceExhaustedError(
         absl::StrCat("Linear: cannot allocate ", bytes, " bytes of packed weights"));
@@ -180,12 +184,77 @@ absl::Status Linear::forward(const float* x, std::size_t m, float* y, MemoryAllo
     const bool parallel = threads > 1 && m * n_out_ * n_in_ >= kMinParallelMacs;
     return linear_internal::xnnpack_run(*xnn_, x, m, y, parallel ? pool->handle() : nullptr);
   }
+  linear_internal::QuantizedActivations a{};
+  if (absl::Status s = quantize_input(x, m, scratch, pool, aq, a); !s.ok()) return s;
+  run_quantized(a, y, pool);
+  return absl::OkStatus();
+}
 
+absl::Status Linear::forward_same_input(std::span<const Linear* const> layers, const float* x,
+                                        std::size_t m, std::span<float* const> ys,
+                                        MemoryAllocator& scratch, ThreadPool* pool,
+                                        ActivationQuant aq) {
+  if (layers.size() != ys.size())
+    return absl::InvalidArgumentError(absl::StrCat("Linear::forward_same_input: ", layers.size(),
+                                                   " layers but ", ys.size(), " outputs"));
+  if (layers.empty() || m == 0) return absl::OkStatus();
+  const Linear& first = *layers[0];
+  bool shared = first.format_ != Format::kF32;
+  for (std::size_t i = 0; i < layers.size(); ++i) {
+    if (layers[i]->n_in_ != first.n_in_)
+      return absl::InvalidArgumentError(absl::StrCat("Linear::forward_same_input: layer ", i,
+                                                     " takes ", layers[i]->n_in_,
+                                                     " inputs, layer 0 takes ", first.n_in_));
+    if (x == nullptr || ys[i] == nullptr)
+      return absl::InvalidArgumentError("Linear::forward_same_input: x and y must not be null");
+    shared = shared && layers[i]->format_ == first.format_;
+  }
+  if (!shared) {  // float or mixed formats: nothing to share
+    for (std::size_t i = 0; i < layers.size(); ++i)
+      if (absl::Status s = layers[i]->forward(x, m, ys[i], scratch, pool, aq); !s.ok()) return s;
+    return absl::OkStatus();
+  }
+
+  linear_internal::QuantizedActivations a{};
+  if (absl::Status s = first.quantize_input(x, m, scratch, pool, aq, a); !s.ok()) return s;
+  const std::size_t threads = pool != nullptr ? pool->threads() : 1;
+  std::size_t macs = 0, units = 0;
+  for (const Linear* l : layers) {
+    macs += l->n_out_ * l->n_in_;
+    units += (l->groups_ + kGemvUnit - 1) / kGemvUnit;
+  }
+  if (m != 1 || threads <= 1 || macs < kMinParallelGemvMacs) {
+    for (std::size_t i = 0; i < layers.size(); ++i) layers[i]->run_quantized(a, ys[i], pool);
+    return absl::OkStatus();
+  }
+  // One token: a single parallel region over the row-group units of every
+  // layer, in order, so no thread waits at the end of one layer while the
+  // other still streams it.
+  const linear_internal::MatmulFn matmul = first.matmul_fn();
+  pool->parallel_for(units, 1, [&](std::size_t u0, std::size_t u1) {
+    std::size_t base = 0;
+    for (std::size_t i = 0; i < layers.size() && base < u1; ++i) {
+      const Linear& l = *layers[i];
+      const std::size_t n_units = (l.groups_ + kGemvUnit - 1) / kGemvUnit;
+      const std::size_t lo = u0 > base ? u0 - base : 0;
+      const std::size_t hi = u1 - base < n_units ? u1 - base : n_units;
+      if (lo < hi) {
+        const std::size_t g1 = hi * kGemvUnit < l.groups_ ? hi * kGemvUnit : l.groups_;
+        matmul(l.packed_weights(), a, lo * kGemvUnit, g1, 0, 1, ys[i], l.n_out_);
+      }
+      base += n_units;
+    }
+  });
+  return absl::OkStatus();
+}
+
+absl::Status Linear::quantize_input(const float* x, std::size_t m, MemoryAllocator& scratch,
+                                    ThreadPool* pool, ActivationQuant aq,
+                                    linear_internal::QuantizedActivations& a) const {
   // Quantize the activations into scratch, in the token tiles the ISA's
   // kernels read (kernels/linear_impl.h).
   const Kernels k = kernels_for(active_isa());
   const std::size_t blocks = n_in_ / kQuantGroup;
-  linear_internal::QuantizedActivations a{};
   a.m = m;
   a.blocks = blocks;
   a.tile_tokens = k.tile_tokens;
@@ -193,6 +262,9 @@ absl::Status Linear::forward(const float* x, std::size_t m, float* y, MemoryAllo
   a.per_token = aq == ActivationQuant::kPerToken;
   const std::size_t tiles = (m + k.tile_tokens - 1) / k.tile_tokens;
   std::size_t q_bytes = 0, meta = 0;
+  a.q = nullptr;
+  a.d = nullptr;
+  a.bias = nullptr;
   if (MemoryAllocator::checked_mul(tiles, a.q_tile_stride, &q_bytes) &&
       MemoryAllocator::checked_mul(m, blocks, &meta)) {
     a.q = scratch.allocate_array<std::int8_t>(q_bytes);
@@ -204,26 +276,41 @@ absl::Status Linear::forward(const float* x, std::size_t m, float* y, MemoryAllo
         absl::StrCat("Linear::forward: cannot allocate the quantized activations (m=", m,
                      ", n_in=", n_in_, ") from scratch"));
 
-  const bool q8 = format_ == Format::kQ8_0;
-  const std::int32_t bias_c = q8 ? linear_internal::kQ8Bias : linear_internal::kQ4Bias;
+  const std::int32_t bias_c =
+      format_ == Format::kQ8_0 ? linear_internal::kQ8Bias : linear_internal::kQ4Bias;
+  const std::size_t threads = pool != nullptr ? pool->threads() : 1;
   if (threads > 1 && m > 1 && m * n_in_ >= kMinParallelQuantize) {
     pool->parallel_for(m, 1,
                        [&](std::size_t t0, std::size_t t1) { k.quantize(x, t0, t1, bias_c, a); });
   } else {
     k.quantize(x, 0, m, bias_c, a);
   }
+  return absl::OkStatus();
+}
 
-  const linear_internal::PackedWeights w{packed_.get(), group_stride_, scales_offset_, blocks,
-                                         n_out_};
-  const linear_internal::MatmulFn matmul = q8 ? k.q8_0 : k.q4_0;
+linear_internal::MatmulFn Linear::matmul_fn() const {
+  const Kernels k = kernels_for(active_isa());
+  return format_ == Format::kQ8_0 ? k.q8_0 : k.q4_0;
+}
+
+linear_internal::PackedWeights Linear::packed_weights() const {
+  return {packed_.get(), group_stride_, scales_offset_, n_in_ / kQuantGroup, n_out_};
+}
+
+void Linear::run_quantized(const linear_internal::QuantizedActivations& a, float* y,
+                           ThreadPool* pool) const {
+  const std::size_t m = a.m;
+  const std::size_t threads = pool != nullptr ? pool->threads() : 1;
+  const linear_internal::PackedWeights w = packed_weights();
+  const linear_internal::MatmulFn matmul = matmul_fn();
   if (threads <= 1 || m * n_out_ * n_in_ < (m == 1 ? kMinParallelGemvMacs : kMinParallelMacs)) {
     matmul(w, a, 0, groups_, 0, m, y, n_out_);
-    return absl::OkStatus();
+    return;
   }
   // Threads split the outputs, never the sum over n_in, so results do not
   // depend on the thread count. Chunks are whole register tiles: 4 row groups
   // for one token (the GEMV tile), 2 otherwise; whole token tiles.
-  const std::size_t unit = m == 1 ? 4 : 2;
+  const std::size_t unit = m == 1 ? kGemvUnit : 2;
   const std::size_t units = (groups_ + unit - 1) / unit;
   if (m < kGemmTokens || units >= 2 * threads) {
     pool->parallel_for(units, 1, [&](std::size_t u0, std::size_t u1) {
@@ -231,12 +318,12 @@ absl::Status Linear::forward(const float* x, std::size_t m, float* y, MemoryAllo
       matmul(w, a, u0 * unit, g1, 0, m, y, n_out_);
     });
   } else {
-    const std::size_t tt = k.tile_tokens;
+    const std::size_t tt = a.tile_tokens;
+    const std::size_t tiles = (m + tt - 1) / tt;
     pool->parallel_for(tiles, 1, [&](std::size_t p0, std::size_t p1) {
       matmul(w, a, 0, groups_, p0 * tt, p1 * tt < m ? p1 * tt : m, y, n_out_);
     });
   }
-  return absl::OkStatus();
 }
 
 }  // namespace hearth::kernels

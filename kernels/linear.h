@@ -57,6 +57,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <span>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -68,6 +69,11 @@ namespace hearth::kernels {
 
 namespace linear_internal {
 struct XnnpackFullyConnected;  // defined in kernels/linear_impl.h
+struct QuantizedActivations;
+struct PackedWeights;
+using MatmulFn = void (*)(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0,
+                          std::size_t g1, std::size_t t0, std::size_t t1, float* y,
+                          std::size_t ldy);
 struct AlignedFree {
   void operator()(std::uint8_t* p) const noexcept;
 };
@@ -110,6 +116,18 @@ class Linear {
   absl::Status forward(const float* x, std::size_t m, float* y, MemoryAllocator& scratch,
                        ThreadPool* pool, ActivationQuant aq = ActivationQuant::kPerGroup32) const;
 
+  // Several layers over the same input, as Q, K and V projections or an FFN's
+  // gate and up: y_i = x W_i^T for each i, bit-identical to calling forward()
+  // on each. When all are quantized in one format the input is quantized
+  // once, and for one token (decode) the rows of all of them are split across
+  // the pool in a single parallel region, so threads do not wait for each
+  // other between layers. Layers must share n_in (InvalidArgument otherwise,
+  // naming the layer); float or mixed formats run one forward() each.
+  static absl::Status forward_same_input(std::span<const Linear* const> layers, const float* x,
+                                         std::size_t m, std::span<float* const> ys,
+                                         MemoryAllocator& scratch, ThreadPool* pool,
+                                         ActivationQuant aq = ActivationQuant::kPerGroup32);
+
   std::size_t n_in() const noexcept { return n_in_; }
   std::size_t n_out() const noexcept { return n_out_; }
   Format format() const noexcept { return format_; }
@@ -121,6 +139,15 @@ class Linear {
  private:
   Linear() = default;
   static absl::StatusOr<Linear> allocate_packed(Format format, std::size_t n_out, std::size_t n_in);
+  // The quantized path in two steps: activations into scratch, then the
+  // matmul over them (split across the pool when large enough).
+  absl::Status quantize_input(const float* x, std::size_t m, MemoryAllocator& scratch,
+                              ThreadPool* pool, ActivationQuant aq,
+                              linear_internal::QuantizedActivations& a) const;
+  void run_quantized(const linear_internal::QuantizedActivations& a, float* y,
+                     ThreadPool* pool) const;
+  linear_internal::MatmulFn matmul_fn() const;
+  linear_internal::PackedWeights packed_weights() const;
 
   Format format_ = Format::kF32;
   std::size_t n_in_ = 0;

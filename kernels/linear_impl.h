@@ -13,6 +13,7 @@
 
 #include "absl/status/status.h"
 #include "kernels/gguf_blocks.h"
+#include "kernels/linear.h"
 
 struct xnn_operator;
 
@@ -99,9 +100,7 @@ void quantize_activations_avx512(const float* x, std::size_t t0, std::size_t t1,
 // kernels/linear.h. Every implementation gives bit-identical results. t0 must
 // be a multiple of a.tile_tokens, and a.tile_tokens the ISA's own
 // (kTileTokens*), since a register tile covers exactly one token tile.
-using MatmulFn = void (*)(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0,
-                          std::size_t g1, std::size_t t0, std::size_t t1, float* y,
-                          std::size_t ldy);
+// (MatmulFn, the type of these functions, is declared in kernels/linear.h.)
 void matmul_q8_0_scalar(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0,
                         std::size_t g1, std::size_t t0, std::size_t t1, float* y, std::size_t ldy);
 void matmul_q4_0_scalar(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0,

@@ -12,6 +12,8 @@
 #include <mutex>
 #include <vector>
 
+#include "memory/streamed_buffer.h"
+
 namespace hearth::bench {
 namespace {
 
@@ -89,7 +91,8 @@ struct Line {
 std::vector<Line> lines;
 
 double measure(std::size_t threads) {
-  auto* buf = static_cast<std::byte*>(std::aligned_alloc(4096, kStreamBytes));
+  // The same kind of buffer as packed weights (huge pages where available).
+  auto* buf = static_cast<std::byte*>(allocate_streamed(kStreamBytes));
   if (buf == nullptr) std::abort();
   std::memset(buf, 1, kStreamBytes);  // fault every page in before timing
   kernels::ThreadPool& pool = bench_pool(threads);

@@ -161,6 +161,19 @@ BENCHMARK_TEMPLATE(BM_DecodeGemv, Linear::Format::kQ4_0)
     ->Iterations(128)
     ->UseRealTime();
 
+// The TinyLlama 1.1B projections (engine benchmark shape b), 2 threads: the
+// small K/V and attention matrices show the per-call overhead that whole-model
+// decode pays ~150 times per token.
+BENCHMARK_TEMPLATE(BM_DecodeGemv, Linear::Format::kQ4_0)
+    ->ArgNames({"n_out", "n_in", "threads"})
+    ->Args({256, 2048, 2})
+    ->Args({2048, 2048, 2})
+    ->Args({5632, 2048, 1})
+    ->Args({5632, 2048, 2})
+    ->Args({2048, 5632, 2})
+    ->Iterations(2048)
+    ->UseRealTime();
+
 // GFLOP/s of the prefill benchmarks of this run, by name, for the ratio line.
 std::map<std::string, double>& prefill_results() {
   static std::map<std::string, double> r;

@@ -293,6 +293,44 @@ TEST_P(LinearQuantized, ThreadedEqualsUnthreadedBitForBit) {
   }
 }
 
+// Q, K and V (or gate and up) in one call: bit-identical to one forward()
+// each, on every thread count, for one token (the single parallel region over
+// all layers' row groups, with partial row groups at layer boundaries) and for
+// several (the per-layer path over activations quantized once).
+TEST_P(LinearQuantized, ForwardSameInputEqualsSeparateForwards) {
+  const auto [format, aq] = GetParam();
+  ThreadPool pool2(2), pool3(3);
+  const std::size_t n_in = 1024;
+  std::vector<QuantWeights> ws;
+  std::vector<Linear> ls;
+  unsigned seed = 300;
+  for (std::size_t n_out : {300, 17, 1000}) {
+    ws.push_back(make_weights(format, n_out, n_in, seed++));
+    absl::StatusOr<Linear> l = make_linear(ws.back());
+    ASSERT_TRUE(l.ok()) << l.status();
+    ls.push_back(*std::move(l));
+  }
+  const Linear* layers[] = {&ls[0], &ls[1], &ls[2]};
+  for (std::size_t m : {1, 3, 130}) {
+    const std::vector<float> x = make_activations(m, n_in, seed++);
+    for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &pool2, &pool3}) {
+      CachingAllocator scratch;
+      std::vector<std::vector<float>> ys;
+      std::vector<float*> outs;
+      for (const Linear& l : ls) ys.emplace_back(m * l.n_out(), std::nanf(""));
+      for (auto& y : ys) outs.push_back(y.data());
+      const absl::Status st =
+          Linear::forward_same_input(layers, x.data(), m, outs, scratch, pool, aq);
+      ASSERT_TRUE(st.ok()) << st;
+      for (std::size_t i = 0; i < ls.size(); ++i)
+        expect_identical(ys[i], run(ls[i], x, m, aq),
+                         std::string(format_name(format)) + " layer " + std::to_string(i) +
+                             " m=" + std::to_string(m) +
+                             " threads=" + std::to_string(pool == nullptr ? 1 : pool->threads()));
+    }
+  }
+}
+
 INSTANTIATE_TEST_SUITE_P(Formats, LinearQuantized,
                          ::testing::Combine(::testing::Values(Format::kQ8_0, Format::kQ4_0),
                                             ::testing::Values(AQ::kPerGroup32, AQ::kPerToken)),
@@ -380,6 +418,24 @@ class FailingAllocator final : public MemoryAllocator {
   void* allocate(std::size_t, std::size_t) noexcept override { return nullptr; }
   void reset() noexcept override {}
 };
+
+TEST(Linear, ForwardSameInputRefusesMismatchedLayers) {
+  const QuantWeights a = make_weights(Format::kQ8_0, 16, 64, 1);
+  const QuantWeights b = make_weights(Format::kQ8_0, 16, 96, 2);
+  absl::StatusOr<Linear> la = make_linear(a), lb = make_linear(b);
+  ASSERT_TRUE(la.ok() && lb.ok());
+  const std::vector<float> x = make_activations(1, 64, 3);
+  std::vector<float> ya(16), yb(16);
+  CachingAllocator scratch;
+  const Linear* layers[] = {&*la, &*lb};
+  float* outs[] = {ya.data(), yb.data()};
+  absl::Status s = Linear::forward_same_input(layers, x.data(), 1, outs, scratch, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(s.message().find("layer 1 takes 96 inputs"), std::string::npos) << s;
+  s = Linear::forward_same_input(std::span<const Linear* const>(layers, 1), x.data(), 1, outs,
+                                 scratch, nullptr);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+}
 
 TEST(Linear, ScratchExhaustionIsAnErrorNotACrash) {
   const QuantWeights w = make_weights(Format::kQ8_0, 16, 64, 9);

@@ -15,6 +15,9 @@ PACKAGES=(
   libabsl-dev libspdlog-dev
   libxnnpack-dev libpthreadpool-dev libcpuinfo-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
+  libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
+  prometheus-cpp-dev
+  python3-grpcio python3-grpc-tools
 )
 
 say() { printf '\033[1m[hearth]\033[0m %s\n' "$*"; }

@@ -1,0 +1,330 @@
+#include "server/inference_service.h"
+
+#include <chrono>
+#include <cmath>
+
+#include "engine/generation.h"
+#include "engine/str_cat.h"
+
+namespace hearth::server {
+namespace {
+
+using hearth::v1::FinishReason;
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+grpc::Status to_grpc(const absl::Status& s) {
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+grpc::Status invalid(const std::string& message) {
+  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message);
+}
+
+// The call's deadline on the steady clock (gRPC gives it on the system clock).
+Clock::time_point steady_deadline(const grpc::ServerContext& context) {
+  const auto remaining = context.deadline() - std::chrono::system_clock::now();
+  if (remaining > std::chrono::hours(24 * 365)) return Clock::time_point::max();
+  return Clock::now() + std::chrono::duration_cast<Clock::duration>(remaining);
+}
+
+FinishReason to_proto(engine::FinishReason r) {
+  switch (r) {
+    case engine::FinishReason::kEos: return hearth::v1::FINISH_REASON_EOS;
+    case engine::FinishReason::kStopString: return hearth::v1::FINISH_REASON_STOP;
+    case engine::FinishReason::kMaxTokens: return hearth::v1::FINISH_REASON_LENGTH;
+    case engine::FinishReason::kContextLimit: return hearth::v1::FINISH_REASON_CONTEXT_LIMIT;
+    case engine::FinishReason::kCancelled: break;
+  }
+  return hearth::v1::FINISH_REASON_UNSPECIFIED;
+}
+
+// Checks every request field that does not need the model's tokenizer and
+// fills the engine request. Messages name the proto field and its limit.
+grpc::Status to_engine_request(const hearth::v1::GenerateRequest& r, std::size_t max_tokens_limit,
+                               engine::GenerationRequest& out) {
+  if (r.prompt().empty()) return invalid("prompt: must not be empty");
+  out.prompt.assign(r.prompt().data(), r.prompt().size());
+  if (r.has_max_tokens()) {
+    if (r.max_tokens() < 1 || r.max_tokens() > max_tokens_limit)
+      return invalid(str_cat("max_tokens: ", r.max_tokens(), " is out of range: allowed [1, ",
+                             max_tokens_limit, "]"));
+    out.max_tokens = r.max_tokens();
+  } else {
+    out.max_tokens = kDefaultMaxTokens < max_tokens_limit ? kDefaultMaxTokens : max_tokens_limit;
+  }
+  if (static_cast<std::size_t>(r.stop_size()) > kMaxStopStrings)
+    return invalid(str_cat("stop: ", r.stop_size(), " strings given, at most ", kMaxStopStrings,
+                           " allowed"));
+  for (int i = 0; i < r.stop_size(); ++i) {
+    const std::string& s = r.stop(i);
+    if (s.empty()) return invalid(str_cat("stop[", i, "]: must not be empty"));
+    if (s.size() > kMaxStopBytes)
+      return invalid(str_cat("stop[", i, "]: ", s.size(), " bytes, at most ", kMaxStopBytes,
+                             " allowed"));
+    out.stop.push_back(s);
+  }
+  const hearth::v1::SamplingParams& p = r.sampling();
+  engine::SamplingParams& sp = out.sampling;
+  sp.temperature = p.temperature();
+  sp.top_k = p.top_k();
+  sp.top_p = p.top_p() == 0.0f ? 1.0f : p.top_p();
+  sp.min_p = p.min_p();
+  sp.repetition_penalty = p.repetition_penalty() == 0.0f ? 1.0f : p.repetition_penalty();
+  sp.presence_penalty = p.presence_penalty();
+  sp.frequency_penalty = p.frequency_penalty();
+  if (p.has_penalty_last_n()) sp.penalty_last_n = p.penalty_last_n();
+  sp.seed = p.seed();
+  if (absl::Status s = engine::validate_sampling(sp); !s.ok())
+    return invalid(str_cat("sampling.", s.message()));
+  if (r.has_add_bos()) out.tokenize.add_bos = r.add_bos();
+  out.tokenize.parse_special = r.parse_special();
+  out.ignore_eos = r.ignore_eos();
+  return grpc::Status::OK;
+}
+
+bool constant_time_equal(const std::string& a, const std::string& b) {
+  unsigned char diff = a.size() == b.size() ? 0 : 1;
+  for (std::size_t i = 0; i < a.size(); ++i)
+    diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
+  return diff == 0;
+}
+
+}  // namespace
+
+InferenceService::InferenceService(ModelRegistry& registry, ServiceOptions options,
+                                   RequestObserver* observer)
+    : registry_(registry), options_(std::move(options)), observer_(observer) {}
+
+grpc::Status InferenceService::check_auth(const grpc::ServerContext& context) const {
+  if (options_.auth_token.empty()) return grpc::Status::OK;
+  const auto& md = context.client_metadata();
+  const auto it = md.find("authorization");
+  if (it == md.end())
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
+                        "authorization: missing (send metadata 'authorization: Bearer <token>')");
+  const std::string value(it->second.data(), it->second.size());
+  constexpr std::string_view kBearer = "Bearer ";
+  if (value.compare(0, kBearer.size(), kBearer) != 0 ||
+      !constant_time_equal(value.substr(kBearer.size()), options_.auth_token))
+    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "authorization: invalid bearer token");
+  return grpc::Status::OK;
+}
+
+grpc::Status InferenceService::run(grpc::ServerContext* context,
+                                   const hearth::v1::GenerateRequest& request,
+                                   grpc::ServerWriter<hearth::v1::GenerateResponse>* writer,
+                                   hearth::v1::CompleteResponse* complete) {
+  const Clock::time_point arrival = Clock::now();
+  RequestRecord record;
+  record.method = writer != nullptr ? "Generate" : "Complete";
+  auto finish = [&](grpc::Status status) {
+    record.code = status.error_code();
+    record.duration_s = seconds_between(arrival, Clock::now());
+    if (observer_ != nullptr) observer_->on_request_done(record);
+    return status;
+  };
+
+  if (grpc::Status s = check_auth(*context); !s.ok()) return finish(s);
+  absl::StatusOr<ModelPool*> found = registry_.find(request.model());
+  if (!found.ok()) return finish(to_grpc(found.status()));
+  ModelPool& pool = **found;
+  record.model = pool.spec().name;
+
+  engine::GenerationRequest greq;
+  if (grpc::Status s = to_engine_request(request, options_.max_tokens_limit, greq); !s.ok())
+    return finish(s);
+  // Tokenize before queueing: a prompt that cannot run is refused without
+  // taking an instance.
+  absl::StatusOr<std::vector<std::int32_t>> ids = pool.tokenizer().encode(greq.prompt, greq.tokenize);
+  if (!ids.ok()) return finish(invalid(str_cat("prompt: ", ids.status().message())));
+  if (ids->empty()) return finish(invalid("prompt: tokenizes to no tokens"));
+  if (ids->size() >= pool.context_length())
+    return finish(invalid(str_cat("prompt: ", ids->size(), " tokens do not fit the context of ",
+                                  pool.context_length(), " tokens (at most ",
+                                  pool.context_length() - 1, " leave room to generate)")));
+  greq.prompt_ids = std::move(*ids);
+  record.prompt_tokens = greq.prompt_ids.size();
+
+  const Clock::time_point deadline = steady_deadline(*context);
+  auto client_gone = [&] { return context->IsCancelled(); };
+  absl::StatusOr<ModelPool::Lease> lease = pool.acquire(deadline, client_gone);
+  const Clock::time_point started = Clock::now();
+  record.queue_s = seconds_between(arrival, started);
+  if (!lease.ok()) return finish(to_grpc(lease.status()));
+
+  bool write_failed = false;
+  Clock::time_point last_token = arrival;
+  std::size_t tokens = 0;
+  hearth::v1::GenerateResponse piece_msg;
+  auto on_token = [&](std::string_view text, std::int32_t token) {
+    if (token >= 0) {
+      const Clock::time_point now = Clock::now();
+      if (tokens == 0) {
+        record.time_to_first_token_s = seconds_between(arrival, now);
+      } else if (observer_ != nullptr) {
+        observer_->on_inter_token(record.model, seconds_between(last_token, now));
+      }
+      last_token = now;
+      ++tokens;
+    } else if (text.empty()) {
+      return;  // nothing held back at the end
+    }
+    if (complete != nullptr) {
+      complete->mutable_text()->append(text.data(), text.size());
+      if (token >= 0) complete->add_token_ids(token);
+      return;
+    }
+    if (write_failed) return;
+    hearth::v1::Piece* piece = piece_msg.mutable_piece();
+    piece->set_text(text.data(), text.size());
+    piece->set_token_id(token);
+    if (!writer->Write(piece_msg)) write_failed = true;
+  };
+  auto cancelled = [&] {
+    return write_failed || aborted_.load(std::memory_order_acquire) || context->IsCancelled() ||
+           Clock::now() >= deadline;
+  };
+  absl::StatusOr<engine::GenerationResult> result =
+      engine::generate(lease->module(), pool.tokenizer(), greq, on_token, cancelled);
+  const std::size_t instance = lease->index();
+  if (!result.ok()) return finish(to_grpc(result.status()));
+  record.generated_tokens = result->generated_ids.size();
+
+  if (result->finish == engine::FinishReason::kCancelled) {
+    if (aborted_.load(std::memory_order_acquire))
+      return finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                                 "the server shut down before the generation finished"));
+    if (Clock::now() >= deadline && !context->IsCancelled())
+      return finish(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
+                                 str_cat("deadline exceeded after ", result->generated_ids.size(),
+                                         " generated tokens")));
+    return finish(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client"));
+  }
+
+  hearth::v1::Done done;
+  done.set_finish_reason(to_proto(result->finish));
+  done.set_instance(static_cast<std::uint32_t>(instance));
+  hearth::v1::Usage* usage = done.mutable_usage();
+  usage->set_prompt_tokens(static_cast<std::uint32_t>(result->prompt_ids.size()));
+  usage->set_generated_tokens(static_cast<std::uint32_t>(result->generated_ids.size()));
+  if (request.echo_prompt_ids())
+    for (std::int32_t id : result->prompt_ids) usage->add_prompt_ids(id);
+  hearth::v1::Timings* t = done.mutable_timings();
+  t->set_queue_s(record.queue_s);
+  t->set_time_to_first_token_s(record.time_to_first_token_s < 0 ? 0 : record.time_to_first_token_s);
+  t->set_prefill_tokens_per_s(result->stats.prefill_tokens_per_s());
+  t->set_decode_tokens_per_s(result->stats.decode_tokens_per_s());
+  t->set_total_s(seconds_between(arrival, Clock::now()));
+  if (complete != nullptr) {
+    *complete->mutable_done() = std::move(done);
+  } else {
+    hearth::v1::GenerateResponse last;
+    *last.mutable_done() = std::move(done);
+    if (!writer->Write(last))
+      return finish(grpc::Status(grpc::StatusCode::CANCELLED, "the client went away"));
+  }
+  return finish(grpc::Status::OK);
+}
+
+grpc::Status InferenceService::Generate(grpc::ServerContext* context,
+                                        const hearth::v1::GenerateRequest* request,
+                                        grpc::ServerWriter<hearth::v1::GenerateResponse>* writer) {
+  return run(context, *request, writer, nullptr);
+}
+
+grpc::Status InferenceService::Complete(grpc::ServerContext* context,
+                                        const hearth::v1::GenerateRequest* request,
+                                        hearth::v1::CompleteResponse* response) {
+  grpc::Status s = run(context, *request, nullptr, response);
+  if (!s.ok()) response->Clear();
+  return s;
+}
+
+grpc::Status InferenceService::Tokenize(grpc::ServerContext* context,
+                                        const hearth::v1::TokenizeRequest* request,
+                                        hearth::v1::TokenizeResponse* response) {
+  if (grpc::Status s = check_auth(*context); !s.ok()) return s;
+  absl::StatusOr<ModelPool*> pool = registry_.find(request->model());
+  if (!pool.ok()) return to_grpc(pool.status());
+  engine::TokenizeOptions options;
+  if (request->has_add_bos()) options.add_bos = request->add_bos();
+  options.parse_special = request->parse_special();
+  const engine::Tokenizer& tok = (*pool)->tokenizer();
+  absl::StatusOr<std::vector<std::int32_t>> ids = tok.encode(request->text(), options);
+  if (!ids.ok()) return invalid(str_cat("text: ", ids.status().message()));
+  for (std::int32_t id : *ids) {
+    response->add_token_ids(id);
+    response->add_pieces(tok.token_text(id));
+  }
+  return grpc::Status::OK;
+}
+
+grpc::Status InferenceService::Detokenize(grpc::ServerContext* context,
+                                          const hearth::v1::DetokenizeRequest* request,
+                                          hearth::v1::DetokenizeResponse* response) {
+  if (grpc::Status s = check_auth(*context); !s.ok()) return s;
+  absl::StatusOr<ModelPool*> pool = registry_.find(request->model());
+  if (!pool.ok()) return to_grpc(pool.status());
+  const engine::Tokenizer& tok = (*pool)->tokenizer();
+  const auto vocab = static_cast<std::int64_t>(tok.vocab_size());
+  for (int i = 0; i < request->token_ids_size(); ++i) {
+    const std::int32_t id = request->token_ids(i);
+    if (id < 0 || id >= vocab)
+      return invalid(str_cat("token_ids[", i, "]: ", id, " is outside the vocabulary [0, ", vocab,
+                             ")"));
+  }
+  const std::vector<std::int32_t> ids(request->token_ids().begin(), request->token_ids().end());
+  response->set_text(tok.decode(ids));
+  return grpc::Status::OK;
+}
+
+void fill_model_info(const ModelEntry& entry, hearth::v1::ModelInfo& info) {
+  using hearth::v1::ModelInfo;
+  info.set_name(entry.spec.name);
+  info.set_source(entry.spec.path);
+  info.set_demo(entry.spec.is_demo());
+  info.set_queue_capacity(static_cast<std::uint32_t>(entry.spec.queue));
+  info.set_kv_cache_type(engine::kv_cache_type_name(entry.spec.kv_cache));
+  switch (entry.state) {
+    case ModelState::kLoading: info.set_state(ModelInfo::STATE_LOADING); break;
+    case ModelState::kServing: info.set_state(ModelInfo::STATE_SERVING); break;
+    case ModelState::kDraining: info.set_state(ModelInfo::STATE_DRAINING); break;
+    case ModelState::kFailed: info.set_state(ModelInfo::STATE_FAILED); break;
+  }
+  info.set_error(entry.error);
+  if (entry.pool == nullptr) return;
+  const ModelPool& pool = *entry.pool;
+  const engine::ModelConfig& c = pool.weights().config();
+  info.set_architecture(c.arch_name);
+  info.set_parameters(pool.parameters());
+  info.set_quantization(pool.weights().quantization());
+  info.set_context_length(static_cast<std::uint32_t>(pool.context_length()));
+  info.set_vocab_size(static_cast<std::uint32_t>(pool.tokenizer().vocab_size()));
+  const PoolCounters n = pool.counters();
+  info.set_instances(static_cast<std::uint32_t>(n.instances));
+  info.set_instances_busy(static_cast<std::uint32_t>(n.busy));
+  info.set_queue_depth(static_cast<std::uint32_t>(n.queue_depth));
+}
+
+grpc::Status InferenceService::ListModels(grpc::ServerContext* context,
+                                          const hearth::v1::ListModelsRequest*,
+                                          hearth::v1::ListModelsResponse* response) {
+  if (grpc::Status s = check_auth(*context); !s.ok()) return s;
+  for (const ModelEntry& e : registry_.entries()) fill_model_info(e, *response->add_models());
+  return grpc::Status::OK;
+}
+
+grpc::Status InferenceService::GetModel(grpc::ServerContext* context,
+                                        const hearth::v1::GetModelRequest* request,
+                                        hearth::v1::ModelInfo* response) {
+  if (grpc::Status s = check_auth(*context); !s.ok()) return s;
+  absl::StatusOr<ModelEntry> entry = registry_.entry(request->model());
+  if (!entry.ok()) return to_grpc(entry.status());
+  fill_model_info(*entry, *response);
+  return grpc::Status::OK;
+}
+
+}  // namespace hearth::server

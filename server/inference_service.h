@@ -1,0 +1,79 @@
+// The hearth.v1.Inference gRPC service (proto/hearth/v1/inference.proto).
+//
+// Threads: the synchronous gRPC server runs each call on one of its worker
+// threads, start to finish. A Generate call validates and tokenizes the
+// request, borrows an instance of the model (ModelPool::acquire, waiting in
+// the model's bounded queue), and runs engine::generate on that same worker
+// thread: the generation takes a lease on the thread's caching temp
+// allocator, which is reset after every step and when the generation ends.
+// Kernel work fans out to the process's kernel thread pool.
+//
+// Cancellation is checked before every decode step and between prefill
+// chunks: client cancellation or disconnect, the call's deadline, a failed
+// write (the stream is gone), and the server's abort (grace period over).
+//
+// Auth: with a bearer token configured, every hearth.v1 call must carry
+// metadata "authorization: Bearer <token>" (compared in constant time);
+// health and reflection are separate services and stay open for probes.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <string>
+
+#include "hearth/v1/inference.grpc.pb.h"
+#include "server/model_registry.h"
+#include "server/request_observer.h"
+
+namespace hearth::server {
+
+struct ServiceOptions {
+  std::string auth_token;  // empty: no auth
+  std::size_t max_tokens_limit = 4096;
+};
+
+// Request limits the service enforces (documented in the proto).
+inline constexpr std::size_t kDefaultMaxTokens = 128;
+inline constexpr std::size_t kMaxStopStrings = 16;
+inline constexpr std::size_t kMaxStopBytes = 256;
+
+class InferenceService final : public hearth::v1::Inference::Service {
+ public:
+  InferenceService(ModelRegistry& registry, ServiceOptions options,
+                   RequestObserver* observer = nullptr);
+
+  grpc::Status Generate(grpc::ServerContext* context, const hearth::v1::GenerateRequest* request,
+                        grpc::ServerWriter<hearth::v1::GenerateResponse>* writer) override;
+  grpc::Status Complete(grpc::ServerContext* context, const hearth::v1::GenerateRequest* request,
+                        hearth::v1::CompleteResponse* response) override;
+  grpc::Status Tokenize(grpc::ServerContext* context, const hearth::v1::TokenizeRequest* request,
+                        hearth::v1::TokenizeResponse* response) override;
+  grpc::Status Detokenize(grpc::ServerContext* context,
+                          const hearth::v1::DetokenizeRequest* request,
+                          hearth::v1::DetokenizeResponse* response) override;
+  grpc::Status ListModels(grpc::ServerContext* context,
+                          const hearth::v1::ListModelsRequest* request,
+                          hearth::v1::ListModelsResponse* response) override;
+  grpc::Status GetModel(grpc::ServerContext* context, const hearth::v1::GetModelRequest* request,
+                        hearth::v1::ModelInfo* response) override;
+
+  // Cancels every running generation at its next step (the grace period is
+  // over); they end with UNAVAILABLE.
+  void abort_all() { aborted_.store(true, std::memory_order_release); }
+
+ private:
+  grpc::Status check_auth(const grpc::ServerContext& context) const;
+  grpc::Status run(grpc::ServerContext* context, const hearth::v1::GenerateRequest& request,
+                   grpc::ServerWriter<hearth::v1::GenerateResponse>* writer,
+                   hearth::v1::CompleteResponse* complete);
+
+  ModelRegistry& registry_;
+  const ServiceOptions options_;
+  RequestObserver* observer_;  // may be nullptr; outlives the service
+  std::atomic<bool> aborted_{false};
+};
+
+// Fills `info` from the registry entry (and its pool's live counters).
+void fill_model_info(const ModelEntry& entry, hearth::v1::ModelInfo& info);
+
+}  // namespace hearth::server

@@ -1,0 +1,204 @@
+// hearth-server: serves GGUF models over gRPC (hearth.v1.Inference).
+//
+//   hearth-server [--model NAME=PATH ...] [--config FILE] [--listen ADDR] ...
+//
+// With no model, serves the built-in synthetic demo model as "demo". When
+// every model is loaded and warm, prints one line to stdout:
+//   hearth-server ready grpc=HOST:PORT metrics=HOST:PORT
+// Logs go to stderr. SIGTERM/SIGINT drain and exit 0.
+#include <pthread.h>
+#include <signal.h>
+
+#include <cstdio>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "engine/str_cat.h"
+#include "kernels/thread_pool.h"
+#include "server/server.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
+#include "tools/cli_flags.h"
+
+namespace {
+
+constexpr const char* kUsage = R"(usage: hearth-server [options]
+
+Models (with none, the built-in synthetic demo model is served as "demo"):
+  --model NAME=PATH         serve a GGUF file under NAME (repeatable)
+  --config FILE             model config file ([model NAME] sections; see README)
+  --instances N             warm instances per model (default 1)
+  --queue N                 requests that may wait per model (default 8)
+  --context N               KV positions per instance (default: the model's, at most 4096)
+  --kv-cache int8|float     KV cache type (default int8)
+  --keep-going              serve the models that load when another fails
+Network:
+  --listen ADDR             gRPC address (default 0.0.0.0:50051; port 0 picks one)
+  --metrics-listen ADDR     Prometheus /metrics address (default 0.0.0.0:9464; "off" disables)
+  --max-message-bytes N     largest request or response (default 4194304)
+  --keepalive-time-s S      ping an idle connection after S seconds (default 60)
+  --keepalive-timeout-s S   drop it if the ping is unanswered after S seconds (default 20)
+  --tls-cert FILE --tls-key FILE   serve TLS with this PEM certificate chain and key
+  --auth-token TOKEN        require "authorization: Bearer TOKEN" on hearth.v1 calls
+  --auth-token-file FILE    the same, the token read from FILE (trailing newline ignored)
+Work:
+  --worker-threads N        gRPC worker threads (default: instances + queue slots + 16)
+  --kernel-threads N        kernel threads (default: physical cores)
+  --max-tokens-limit N      largest max_tokens a request may ask (default 4096)
+  --grace-period-s S        on SIGTERM/SIGINT, let generations finish for S s (default 10)
+)";
+
+int usage_error(const std::string& message) {
+  std::fprintf(stderr, "%s\n", message.c_str());
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  using namespace hearth;
+  // Before any thread exists: every thread inherits the mask, so only the
+  // waiting thread below ever receives SIGTERM/SIGINT.
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+  signal(SIGPIPE, SIG_IGN);
+
+  spdlog::set_default_logger(spdlog::stderr_color_mt("hearth"));
+  tools::Flags flags("hearth-server",
+                     {"model", "config", "instances", "queue", "context", "kv-cache", "listen",
+                      "metrics-listen", "max-message-bytes", "keepalive-time-s",
+                      "keepalive-timeout-s", "tls-cert", "tls-key", "auth-token",
+                      "auth-token-file", "worker-threads", "kernel-threads", "max-tokens-limit",
+                      "grace-period-s"},
+                     {"help", "keep-going"});
+  if (!flags.parse(argc, argv)) return usage_error(flags.error());
+  if (flags.get_bool("help").value_or(false)) {
+    std::fputs(kUsage, stdout);
+    return 0;
+  }
+  if (!flags.positional().empty())
+    return usage_error(str_cat("hearth-server: unexpected argument '", flags.positional()[0],
+                               "' (see --help)"));
+
+  server::ModelSpec defaults;
+  std::int64_t v = 0;
+  double d = 0;
+  if (flags.has("instances")) {
+    if (!flags.get_int("instances", 1, server::kMaxInstances, &v)) return usage_error(flags.error());
+    defaults.instances = static_cast<std::size_t>(v);
+  }
+  if (flags.has("queue")) {
+    if (!flags.get_int("queue", 0, server::kMaxQueue, &v)) return usage_error(flags.error());
+    defaults.queue = static_cast<std::size_t>(v);
+  }
+  if (flags.has("context")) {
+    if (!flags.get_int("context", 0, server::kMaxContext, &v)) return usage_error(flags.error());
+    defaults.context = static_cast<std::size_t>(v);
+  }
+  if (flags.has("kv-cache")) {
+    const std::string kv = flags.get("kv-cache");
+    if (kv != "int8" && kv != "float")
+      return usage_error("hearth-server: --kv-cache: '" + kv + "' is not int8 or float");
+    defaults.kv_cache = kv == "int8" ? engine::KvCacheType::kInt8 : engine::KvCacheType::kFloat;
+  }
+
+  server::ServerOptions options;
+  for (const std::string& m : flags.get_all("model")) {
+    absl::StatusOr<server::ModelSpec> spec = server::parse_model_flag(m, defaults);
+    if (!spec.ok()) return usage_error(str_cat("hearth-server: ", spec.status().message()));
+    options.models.push_back(*spec);
+  }
+  if (flags.has("config")) {
+    const std::string path = flags.get("config");
+    std::ifstream in(path);
+    if (!in) return usage_error("hearth-server: --config: cannot read '" + path + "'");
+    std::ostringstream text;
+    text << in.rdbuf();
+    auto specs = server::parse_model_config(text.str(), path, defaults);
+    if (!specs.ok()) return usage_error(str_cat("hearth-server: --config: ", specs.status().message()));
+    options.models.insert(options.models.end(), specs->begin(), specs->end());
+  }
+  if (options.models.empty()) {
+    server::ModelSpec demo = defaults;
+    demo.name = "demo";
+    demo.path = std::string(server::kDemoSource);
+    options.models.push_back(demo);
+    spdlog::warn("no --model or --config given: serving the BUILT-IN SYNTHETIC DEMO MODEL as "
+                 "'demo' (random weights: its text is meaningless)");
+  }
+  if (absl::Status s = server::validate_specs(options.models); !s.ok())
+    return usage_error(str_cat("hearth-server: ", s.message()));
+
+  options.listen = flags.get("listen", options.listen);
+  options.tls_cert_file = flags.get("tls-cert");
+  options.tls_key_file = flags.get("tls-key");
+  options.keep_going = flags.get_bool("keep-going").value_or(false);
+  if (flags.has("max-message-bytes")) {
+    if (!flags.get_int("max-message-bytes", 1024, std::int64_t{1} << 30, &v))
+      return usage_error(flags.error());
+    options.max_message_bytes = static_cast<std::size_t>(v);
+  }
+  if (flags.has("keepalive-time-s")) {
+    if (!flags.get_int("keepalive-time-s", 1, 86400, &v)) return usage_error(flags.error());
+    options.keepalive_time_s = static_cast<int>(v);
+  }
+  if (flags.has("keepalive-timeout-s")) {
+    if (!flags.get_int("keepalive-timeout-s", 1, 3600, &v)) return usage_error(flags.error());
+    options.keepalive_timeout_s = static_cast<int>(v);
+  }
+  if (flags.has("worker-threads")) {
+    if (!flags.get_int("worker-threads", 2, 4096, &v)) return usage_error(flags.error());
+    options.worker_threads = static_cast<std::size_t>(v);
+  }
+  if (flags.has("max-tokens-limit")) {
+    if (!flags.get_int("max-tokens-limit", 1, 1 << 20, &v)) return usage_error(flags.error());
+    options.service.max_tokens_limit = static_cast<std::size_t>(v);
+  }
+  if (flags.has("grace-period-s")) {
+    if (!flags.get_float("grace-period-s", 0, 3600, &d)) return usage_error(flags.error());
+    options.grace_period_s = d;
+  }
+  options.service.auth_token = flags.get("auth-token");
+  if (flags.has("auth-token-file")) {
+    std::ifstream in(flags.get("auth-token-file"));
+    if (!in)
+      return usage_error("hearth-server: --auth-token-file: cannot read '" +
+                         flags.get("auth-token-file") + "'");
+    std::getline(in, options.service.auth_token);
+  }
+  if (flags.has("auth-token") || flags.has("auth-token-file")) {
+    if (options.service.auth_token.empty())
+      return usage_error("hearth-server: --auth-token: the token is empty");
+  }
+  if (flags.has("kernel-threads")) {
+    if (!flags.get_int("kernel-threads", 1, 1024, &v)) return usage_error(flags.error());
+    kernels::set_default_thread_count(static_cast<std::size_t>(v));
+  }
+  const std::string metrics_listen = flags.get("metrics-listen", "0.0.0.0:9464");
+
+  server::HearthServer srv(options);
+  absl::StatusOr<int> port = srv.start();
+  if (!port.ok()) {
+    spdlog::error("{}", std::string(port.status().message()));
+    return 1;
+  }
+  if (absl::Status s = srv.load(&kernels::default_thread_pool()); !s.ok()) {
+    spdlog::error("{}", std::string(s.message()));
+    return 1;
+  }
+  const std::string host = options.listen.substr(0, options.listen.rfind(':'));
+  std::printf("hearth-server ready grpc=%s:%d metrics=%s\n",
+              host == "0.0.0.0" || host == "[::]" ? "127.0.0.1" : host.c_str(), *port, "off");
+  std::fflush(stdout);
+  (void)metrics_listen;
+
+  int sig = 0;
+  sigwait(&stop_signals, &sig);
+  spdlog::info("received {}", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  srv.shutdown();
+  return 0;
+}

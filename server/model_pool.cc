@@ -1,0 +1,148 @@
+#include "server/model_pool.h"
+
+#include <algorithm>
+
+#include "engine/gguf.h"
+#include "engine/str_cat.h"
+#include "engine/synthetic_model.h"
+#include "memory/thread_temp_allocator.h"
+
+namespace hearth::server {
+
+absl::StatusOr<std::unique_ptr<ModelPool>> ModelPool::load(const ModelSpec& spec,
+                                                           kernels::ThreadPool* kernel_pool) {
+  std::unique_ptr<ModelPool> pool(new ModelPool(spec));
+  auto fail = [&](const absl::Status& s) {
+    return absl::Status(s.code(), str_cat("model '", spec.name, "' (", spec.path, "): ", s.message()));
+  };
+  std::shared_ptr<const engine::GgufFile> file;
+  if (spec.is_demo()) {
+    absl::StatusOr<std::string> bytes = engine::synthesize_model(engine::demo_model_spec());
+    if (!bytes.ok()) return fail(bytes.status());
+    pool->demo_bytes_ = std::move(*bytes);
+    auto parsed = engine::GgufFile::parse(
+        reinterpret_cast<const std::uint8_t*>(pool->demo_bytes_.data()), pool->demo_bytes_.size(),
+        std::string(kDemoSource));
+    if (!parsed.ok()) return fail(parsed.status());
+    file = std::move(*parsed);
+  } else {
+    auto opened = engine::GgufFile::open(spec.path);
+    if (!opened.ok()) return fail(opened.status());
+    file = std::move(*opened);
+  }
+  for (const engine::GgufTensorInfo& t : file->tensors()) pool->parameters_ += t.n_elements;
+
+  auto weights = engine::ModelWeights::load(file);
+  if (!weights.ok()) return fail(weights.status());
+  pool->weights_ = std::move(*weights);
+  auto tokenizer = engine::Tokenizer::from_gguf(*file);
+  if (!tokenizer.ok()) return fail(tokenizer.status());
+  pool->tokenizer_ = std::move(*tokenizer);
+
+  engine::ModuleOptions options;
+  options.context_length = spec.context;
+  options.kv_cache = spec.kv_cache;
+  options.pool = kernel_pool;
+  TempAllocatorLease temp;  // warm-up scratch, reset when loading ends
+  for (std::size_t i = 0; i < spec.instances; ++i) {
+    auto module = engine::Module::load(pool->weights_, options);
+    if (!module.ok()) return fail(module.status());
+    // Warm-up: one short forward touches the instance's buffers and the
+    // kernels' code paths before the first request pays for it.
+    const std::int32_t warm[2] = {0, 1};
+    auto logits = (*module)->forward(std::span<const std::int32_t>(warm, 2), 0);
+    if (!logits.ok()) return fail(logits.status());
+    temp.allocator().reset();
+    pool->instances_.push_back(std::move(*module));
+    pool->free_.push_back(spec.instances - 1 - i);  // hand out instance 0 first
+  }
+  pool->context_ = pool->instances_.front()->context_length();
+  pool->max_chunk_ = options.max_chunk;
+  pool->instance_memory_ = pool->instances_.front()->memory_report();
+  return pool;
+}
+
+ModelPool::~ModelPool() = default;
+
+ModelPool::Lease::~Lease() {
+  if (pool_ != nullptr) pool_->release(index_);
+}
+
+engine::Module& ModelPool::Lease::module() const { return *pool_->instances_[index_]; }
+
+absl::StatusOr<ModelPool::Lease> ModelPool::acquire(Clock::time_point deadline,
+                                                    const std::function<bool()>& cancelled) {
+  std::unique_lock<std::mutex> lock(mu_);
+  if (draining_)
+    return absl::UnavailableError(
+        str_cat("model '", spec_.name, "' is not accepting requests: the server is shutting down"));
+  if (waiters_.empty() && !free_.empty()) {
+    const std::size_t index = free_.back();
+    free_.pop_back();
+    return Lease(this, index);
+  }
+  if (waiters_.size() >= spec_.queue)
+    return absl::UnavailableError(str_cat("model '", spec_.name, "' is at capacity: ",
+                                          instances_.size(), " instances busy and ",
+                                          waiters_.size(), " requests waiting (queue limit ",
+                                          spec_.queue, "); retry later"));
+  const std::uint64_t ticket = next_ticket_++;
+  waiters_.push_back(ticket);
+  auto leave = [&] {
+    waiters_.erase(std::find(waiters_.begin(), waiters_.end(), ticket));
+    changed_.notify_all();  // the next waiter may now be at the front
+  };
+  for (;;) {
+    if (draining_) {
+      leave();
+      return absl::UnavailableError(str_cat("model '", spec_.name,
+                                            "' is not accepting requests: the server is shutting down"));
+    }
+    if (waiters_.front() == ticket && !free_.empty()) {
+      const std::size_t index = free_.back();
+      free_.pop_back();
+      leave();
+      return Lease(this, index);
+    }
+    const Clock::time_point now = Clock::now();
+    if (now >= deadline) {
+      leave();
+      return absl::DeadlineExceededError(
+          str_cat("deadline exceeded while waiting for an instance of model '", spec_.name, "'"));
+    }
+    if (cancelled && cancelled()) {
+      leave();
+      return absl::CancelledError(
+          str_cat("cancelled while waiting for an instance of model '", spec_.name, "'"));
+    }
+    changed_.wait_until(lock, std::min(deadline, now + kCancelPollInterval));
+  }
+}
+
+void ModelPool::release(std::size_t index) {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    free_.push_back(index);
+  }
+  changed_.notify_all();
+}
+
+void ModelPool::drain() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    draining_ = true;
+  }
+  changed_.notify_all();
+}
+
+bool ModelPool::wait_idle(Clock::time_point deadline) {
+  std::unique_lock<std::mutex> lock(mu_);
+  return changed_.wait_until(lock, deadline, [&] { return free_.size() == instances_.size(); });
+}
+
+PoolCounters ModelPool::counters() const {
+  std::lock_guard<std::mutex> lock(mu_);
+  return {instances_.size(), instances_.size() - free_.size(), waiters_.size(), spec_.queue};
+}
+
+}  // namespace hearth::server

@@ -1,0 +1,125 @@
+// ModelPool: one served model's warm instances and the queue of requests
+// waiting for one.
+//
+// The model's weights are loaded once (ModelWeights, shared read-only); each
+// of the N instances is an engine::Module with its own KV cache and planned
+// activation memory. A request borrows an instance with acquire() and gives
+// it back when its Lease is destroyed, on every path (success, error,
+// cancellation, deadline), so instances cannot leak.
+//
+// Waiting: when every instance is busy, up to `queue` requests wait in FIFO
+// order; one more is refused at once with UNAVAILABLE ("at capacity"). A
+// waiting request leaves the queue when its deadline passes
+// (DEADLINE_EXCEEDED), when its client cancels (CANCELLED), or when the pool
+// starts draining (UNAVAILABLE). Client cancellation of a synchronous gRPC
+// call is only observable by polling, so waiters re-check it every
+// kCancelPollInterval.
+//
+// Thread safety: every method may be called from any thread. `mu_` guards the
+// free list, the wait queue and the counters; the Modules themselves are
+// used by one lease holder at a time and need no lock.
+#pragma once
+
+#include <chrono>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/module.h"
+#include "engine/tokenizer.h"
+#include "engine/weights.h"
+#include "server/model_spec.h"
+
+namespace hearth::server {
+
+using Clock = std::chrono::steady_clock;
+
+inline constexpr std::chrono::milliseconds kCancelPollInterval{10};
+
+struct PoolCounters {
+  std::size_t instances = 0;
+  std::size_t busy = 0;
+  std::size_t queue_depth = 0;
+  std::size_t queue_capacity = 0;
+};
+
+class ModelPool {
+ public:
+  // Loads the model (or synthesizes the demo model), its tokenizer, and
+  // spec.instances warm Modules, each run once on a short prompt so that its
+  // memory is touched before the first request. `kernel_pool` may be nullptr
+  // (the process's default pool). Errors name the model and the file.
+  static absl::StatusOr<std::unique_ptr<ModelPool>> load(const ModelSpec& spec,
+                                                         kernels::ThreadPool* kernel_pool);
+  ~ModelPool();
+
+  class Lease {
+   public:
+    Lease(Lease&& o) noexcept : pool_(o.pool_), index_(o.index_) { o.pool_ = nullptr; }
+    Lease& operator=(Lease&&) = delete;
+    ~Lease();
+    engine::Module& module() const;
+    std::size_t index() const { return index_; }
+
+   private:
+    friend class ModelPool;
+    Lease(ModelPool* pool, std::size_t index) : pool_(pool), index_(index) {}
+    ModelPool* pool_;
+    std::size_t index_;
+  };
+
+  // Borrows an instance, waiting in the queue until `deadline` if all are
+  // busy. `cancelled` is polled while waiting. Errors: UNAVAILABLE (queue
+  // full, or draining), DEADLINE_EXCEEDED, CANCELLED; each message names the
+  // model.
+  absl::StatusOr<Lease> acquire(Clock::time_point deadline,
+                                const std::function<bool()>& cancelled);
+
+  // No new acquire() succeeds from now on; waiters are released with
+  // UNAVAILABLE. Leases already held stay valid.
+  void drain();
+  // Blocks until no instance is busy or `deadline` passes; true if idle.
+  bool wait_idle(Clock::time_point deadline);
+
+  PoolCounters counters() const;
+  const ModelSpec& spec() const { return spec_; }
+  const engine::Tokenizer& tokenizer() const { return *tokenizer_; }
+  const engine::ModelWeights& weights() const { return *weights_; }
+  std::size_t context_length() const { return context_; }
+  // Parameters in the model file's tensors.
+  std::uint64_t parameters() const { return parameters_; }
+  std::size_t max_chunk() const { return max_chunk_; }
+  // One instance's memory as measured after its warm-up at load (every
+  // instance of a model has the same plan; weights are shared by all).
+  const engine::ModuleMemoryReport& instance_memory() const { return instance_memory_; }
+
+ private:
+  explicit ModelPool(ModelSpec spec) : spec_(std::move(spec)) {}
+  void release(std::size_t index);
+
+  const ModelSpec spec_;
+  std::string demo_bytes_;  // the demo model's GGUF image (kept alive for its mapping)
+  std::shared_ptr<const engine::ModelWeights> weights_;
+  std::unique_ptr<engine::Tokenizer> tokenizer_;
+  std::vector<std::unique_ptr<engine::Module>> instances_;  // fixed after load
+  std::size_t context_ = 0;
+  std::size_t max_chunk_ = 0;
+  std::uint64_t parameters_ = 0;
+  engine::ModuleMemoryReport instance_memory_;
+
+  mutable std::mutex mu_;
+  std::condition_variable changed_;    // an instance came back, a waiter left, or draining
+  std::vector<std::size_t> free_;      // guarded by mu_
+  std::deque<std::uint64_t> waiters_;  // guarded by mu_: tickets, FIFO
+  std::uint64_t next_ticket_ = 0;      // guarded by mu_
+  bool draining_ = false;              // guarded by mu_
+};
+
+}  // namespace hearth::server

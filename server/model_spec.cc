@@ -1,0 +1,138 @@
+#include "server/model_spec.h"
+
+#include <charconv>
+#include <set>
+
+#include "engine/str_cat.h"
+
+namespace hearth::server {
+namespace {
+
+std::string_view trim(std::string_view s) {
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  return s;
+}
+
+bool parse_count(std::string_view v, std::size_t min, std::size_t max, std::size_t* out) {
+  std::size_t x = 0;
+  const auto [end, ec] = std::from_chars(v.data(), v.data() + v.size(), x);
+  if (ec != std::errc() || end != v.data() + v.size() || x < min || x > max) return false;
+  *out = x;
+  return true;
+}
+
+// Applies one `key = value` to `spec`; the message says what is wrong.
+absl::Status apply(std::string_view key, std::string_view value, ModelSpec& spec) {
+  auto range = [&](std::size_t min, std::size_t max) {
+    return absl::InvalidArgumentError(str_cat(key, ": '", value, "' is not an integer in [", min,
+                                              ", ", max, "]"));
+  };
+  if (key == "path") {
+    if (value.empty()) return absl::InvalidArgumentError("path: empty");
+    spec.path = std::string(value);
+  } else if (key == "instances") {
+    if (!parse_count(value, 1, kMaxInstances, &spec.instances)) return range(1, kMaxInstances);
+  } else if (key == "queue") {
+    if (!parse_count(value, 0, kMaxQueue, &spec.queue)) return range(0, kMaxQueue);
+  } else if (key == "context") {
+    if (!parse_count(value, 0, kMaxContext, &spec.context)) return range(0, kMaxContext);
+  } else if (key == "kv_cache") {
+    if (value == "int8") {
+      spec.kv_cache = engine::KvCacheType::kInt8;
+    } else if (value == "float") {
+      spec.kv_cache = engine::KvCacheType::kFloat;
+    } else {
+      return absl::InvalidArgumentError(str_cat("kv_cache: '", value, "' is not int8 or float"));
+    }
+  } else {
+    return absl::InvalidArgumentError(
+        str_cat("unknown key '", key, "' (known: path, instances, queue, context, kv_cache)"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status validate_model_name(std::string_view name) {
+  if (name.empty() || name.size() > 128)
+    return absl::InvalidArgumentError(
+        str_cat("model name '", name, "' must have 1 to 128 characters"));
+  for (char c : name) {
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '.' || c == '_' || c == '-' || c == ':' || c == '/';
+    if (!ok)
+      return absl::InvalidArgumentError(
+          str_cat("model name '", name, "' may only contain letters, digits and . _ - : /"));
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<ModelSpec>> parse_model_config(std::string_view text,
+                                                          std::string_view file_name,
+                                                          const ModelSpec& defaults) {
+  std::vector<ModelSpec> specs;
+  std::size_t line_no = 0;
+  while (!text.empty()) {
+    ++line_no;
+    const std::size_t nl = text.find('\n');
+    std::string_view line = text.substr(0, nl);
+    text = nl == std::string_view::npos ? std::string_view() : text.substr(nl + 1);
+    if (const std::size_t hash = line.find('#'); hash != std::string_view::npos)
+      line = line.substr(0, hash);
+    line = trim(line);
+    if (line.empty()) continue;
+    auto error = [&](const auto& what) {
+      return absl::InvalidArgumentError(str_cat(file_name, ":", line_no, ": ", what));
+    };
+    if (line.front() == '[') {
+      if (line.back() != ']' || line.substr(1, 6) != "model ")
+        return error("a section header is [model NAME]");
+      ModelSpec spec = defaults;
+      spec.name = std::string(trim(line.substr(7, line.size() - 8)));
+      spec.path.clear();
+      if (absl::Status s = validate_model_name(spec.name); !s.ok()) return error(s.message());
+      specs.push_back(std::move(spec));
+      continue;
+    }
+    const std::size_t eq = line.find('=');
+    if (eq == std::string_view::npos) return error("expected 'key = value' or [model NAME]");
+    if (specs.empty()) return error("'key = value' before the first [model NAME]");
+    if (absl::Status s = apply(trim(line.substr(0, eq)), trim(line.substr(eq + 1)), specs.back());
+        !s.ok())
+      return error(s.message());
+  }
+  for (const ModelSpec& s : specs)
+    if (s.path.empty())
+      return absl::InvalidArgumentError(
+          str_cat(file_name, ": model '", s.name, "' has no path"));
+  if (specs.empty())
+    return absl::InvalidArgumentError(str_cat(file_name, ": no [model NAME] section"));
+  return specs;
+}
+
+absl::StatusOr<ModelSpec> parse_model_flag(std::string_view value, const ModelSpec& defaults) {
+  const std::size_t eq = value.find('=');
+  if (eq == std::string_view::npos || eq == 0 || eq + 1 == value.size())
+    return absl::InvalidArgumentError(str_cat("--model: '", value, "' is not NAME=PATH"));
+  ModelSpec spec = defaults;
+  spec.name = std::string(value.substr(0, eq));
+  spec.path = std::string(value.substr(eq + 1));
+  if (absl::Status s = validate_model_name(spec.name); !s.ok())
+    return absl::InvalidArgumentError(str_cat("--model: ", s.message()));
+  return spec;
+}
+
+absl::Status validate_specs(const std::vector<ModelSpec>& specs) {
+  std::set<std::string> names;
+  for (const ModelSpec& s : specs) {
+    if (!names.insert(s.name).second)
+      return absl::InvalidArgumentError(str_cat("model '", s.name, "' is configured twice"));
+    if (s.instances < 1 || s.instances > kMaxInstances)
+      return absl::InvalidArgumentError(
+          str_cat("model '", s.name, "': instances must be in [1, ", kMaxInstances, "]"));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace hearth::server

@@ -1,0 +1,59 @@
+// What the server serves: one ModelSpec per model, from flags or a config file.
+//
+// Config file format (one section per model; '#' starts a comment):
+//
+//   [model tinyllama]
+//   path = /models/tinyllama-1.1b.Q4_0.gguf
+//   instances = 2        # warm Module instances (default: --instances, 1)
+//   queue = 16           # requests that may wait for an instance (default: --queue, 8)
+//   context = 2048       # KV positions per instance (default: the model's, capped at 4096)
+//   kv_cache = int8      # int8 | float (default: --kv-cache, int8)
+//
+// `path = builtin:demo` serves the built-in synthetic demo model.
+#pragma once
+
+#include <cstddef>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/module.h"
+
+namespace hearth::server {
+
+// The source name of the built-in synthetic demo model.
+inline constexpr std::string_view kDemoSource = "builtin:demo";
+
+struct ModelSpec {
+  std::string name;
+  std::string path;  // a GGUF file, or kDemoSource
+  std::size_t instances = 1;
+  std::size_t queue = 8;
+  std::size_t context = 0;  // 0: the model's own, capped at 4096
+  engine::KvCacheType kv_cache = engine::KvCacheType::kInt8;
+
+  bool is_demo() const { return path == kDemoSource; }
+};
+
+// Limits a spec must respect (also the ranges the flags accept).
+inline constexpr std::size_t kMaxInstances = 64;
+inline constexpr std::size_t kMaxQueue = 4096;
+inline constexpr std::size_t kMaxContext = 1 << 20;
+
+// Parses a config file's text. `defaults` fills what a section leaves out.
+// Errors name the file, the line and the key: "models.conf:7: instances: ...".
+absl::StatusOr<std::vector<ModelSpec>> parse_model_config(std::string_view text,
+                                                          std::string_view file_name,
+                                                          const ModelSpec& defaults);
+
+// "NAME=PATH" as given to --model.
+absl::StatusOr<ModelSpec> parse_model_flag(std::string_view value, const ModelSpec& defaults);
+
+// Names are what clients send in `model`: 1-128 characters of [A-Za-z0-9._:/-].
+absl::Status validate_model_name(std::string_view name);
+
+// Refuses duplicate names and out-of-range counts, naming the model.
+absl::Status validate_specs(const std::vector<ModelSpec>& specs);
+
+}  // namespace hearth::server

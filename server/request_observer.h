@@ -1,0 +1,33 @@
+// What a request did, for whoever watches the server (the metrics exporter).
+// The service calls these on the request's worker thread; implementations
+// must be thread-safe and cheap (no I/O).
+#pragma once
+
+#include <string>
+
+#include "grpcpp/support/status.h"
+
+namespace hearth::server {
+
+struct RequestRecord {
+  std::string model;   // empty when the request named no known model
+  std::string method;  // "Generate", "Complete", ...
+  grpc::StatusCode code = grpc::StatusCode::OK;
+  double queue_s = -1;                // time waiting for an instance; < 0: never queued
+  double time_to_first_token_s = -1;  // < 0: no token was produced
+  double duration_s = 0;              // arrival to the final status
+  std::size_t prompt_tokens = 0;
+  std::size_t generated_tokens = 0;
+};
+
+class RequestObserver {
+ public:
+  virtual ~RequestObserver() = default;
+  // One generated token was sent, `seconds` after the previous one of the
+  // same request (the first token reports time_to_first_token instead).
+  virtual void on_inter_token(const std::string& model, double seconds) = 0;
+  // Called once per finished call of any method.
+  virtual void on_request_done(const RequestRecord& record) = 0;
+};
+
+}  // namespace hearth::server

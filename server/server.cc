@@ -1,0 +1,129 @@
+#include "server/server.h"
+
+#include <fstream>
+#include <sstream>
+
+#include "engine/str_cat.h"
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/health_check_service_interface.h"
+#include "spdlog/spdlog.h"
+
+namespace hearth::server {
+namespace {
+
+absl::StatusOr<std::string> read_file(const std::string& path, const char* flag) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::InvalidArgumentError(str_cat(flag, ": cannot read '", path, "'"));
+  std::ostringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+}  // namespace
+
+HearthServer::HearthServer(ServerOptions options, RequestObserver* observer)
+    : options_(std::move(options)),
+      registry_(options_.models),
+      service_(registry_, options_.service, observer) {}
+
+HearthServer::~HearthServer() {
+  if (server_) {
+    service_.abort_all();
+    registry_.drain_all();
+    server_->Shutdown(std::chrono::system_clock::now());
+    server_->Wait();
+  }
+}
+
+void HearthServer::set_health(const std::string& service, bool serving) {
+  if (server_) server_->GetHealthCheckService()->SetServingStatus(service, serving);
+}
+
+absl::StatusOr<int> HearthServer::start() {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+
+  std::shared_ptr<grpc::ServerCredentials> creds = grpc::InsecureServerCredentials();
+  if (!options_.tls_cert_file.empty() || !options_.tls_key_file.empty()) {
+    if (options_.tls_cert_file.empty() || options_.tls_key_file.empty())
+      return absl::InvalidArgumentError("--tls-cert and --tls-key must be given together");
+    absl::StatusOr<std::string> cert = read_file(options_.tls_cert_file, "--tls-cert");
+    if (!cert.ok()) return cert.status();
+    absl::StatusOr<std::string> key = read_file(options_.tls_key_file, "--tls-key");
+    if (!key.ok()) return key.status();
+    grpc::SslServerCredentialsOptions ssl;
+    ssl.pem_key_cert_pairs.push_back({*key, *cert});
+    creds = grpc::SslServerCredentials(ssl);
+  }
+  int port = 0;
+  builder.AddListeningPort(options_.listen, creds, &port);
+  builder.RegisterService(&service_);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(options_.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(options_.max_message_bytes));
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, options_.keepalive_time_s * 1000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, options_.keepalive_timeout_s * 1000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10 * 1000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+
+  // Every instance and queue slot may hold a worker thread for a whole
+  // generation; 16 more keep the light calls (Tokenize, ListModels) going.
+  std::size_t threads = options_.worker_threads;
+  if (threads == 0) {
+    threads = 16;
+    for (const ModelSpec& m : options_.models) threads += m.instances + m.queue;
+  }
+  grpc::ResourceQuota quota("hearth");
+  quota.SetMaxThreads(static_cast<int>(threads));
+  builder.SetResourceQuota(quota);
+
+  server_ = builder.BuildAndStart();
+  if (!server_ || port == 0)
+    return absl::UnavailableError(str_cat("--listen: cannot listen on ", options_.listen,
+                                          " (address in use, or not an address)"));
+  set_health("", false);
+  for (const ModelEntry& e : registry_.entries()) set_health(e.spec.name, false);
+  spdlog::info("gRPC listening on {} (port {}){}{}; {} worker threads", options_.listen, port,
+               creds == nullptr || options_.tls_cert_file.empty() ? "" : ", TLS",
+               options_.service.auth_token.empty() ? "" : ", bearer-token auth", threads);
+  return port;
+}
+
+absl::Status HearthServer::load(kernels::ThreadPool* kernel_pool) {
+  absl::Status s = registry_.load_all(kernel_pool, options_.keep_going,
+                                      [this](const std::string& name, ModelState state) {
+                                        set_health(name, state == ModelState::kServing);
+                                      });
+  bool any = false;
+  for (const ModelEntry& e : registry_.entries()) any = any || e.state == ModelState::kServing;
+  if (!s.ok() && (!options_.keep_going || !any)) return s;
+  set_health("", true);
+  set_health("hearth.v1.Inference", true);
+  return absl::OkStatus();
+}
+
+bool HearthServer::shutdown() {
+  if (!server_) return true;
+  spdlog::info("shutting down: draining for up to {:.1f} s", options_.grace_period_s);
+  set_health("", false);
+  set_health("hearth.v1.Inference", false);
+  for (const ModelEntry& e : registry_.entries()) set_health(e.spec.name, false);
+  registry_.drain_all();
+  const auto grace = std::chrono::duration_cast<Clock::duration>(
+      std::chrono::duration<double>(options_.grace_period_s));
+  const bool drained = registry_.wait_idle(Clock::now() + grace);
+  if (!drained) {
+    spdlog::warn("grace period over: cancelling the generations still running");
+    service_.abort_all();
+  }
+  // Cancelled generations stop within one decode step; give the calls a
+  // moment to send their final status before the transport closes.
+  server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  server_->Wait();
+  server_.reset();
+  spdlog::info("stopped{}", drained ? "" : " (some generations were cancelled)");
+  return drained;
+}
+
+}  // namespace hearth::server

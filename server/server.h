@@ -1,0 +1,69 @@
+// HearthServer: the gRPC server around the model registry, with health,
+// reflection, TLS, auth, and a graceful drain.
+//
+// Life of a server:
+//   start()    binds the listen address and starts serving at once, with
+//              health NOT_SERVING (overall and per model) so probes see the
+//              process while models load;
+//   load()     loads and warms every model; each becomes SERVING (health per
+//              model), then the overall status becomes SERVING;
+//   shutdown() health NOT_SERVING, every model drains (new requests:
+//              UNAVAILABLE), in-flight generations get up to the grace period
+//              to finish, then are cancelled; the gRPC server stops.
+// Threads: gRPC's synchronous server runs each call on one of its worker
+// threads (at most `worker_threads`); start/load/shutdown are called from the
+// main thread.
+#pragma once
+
+#include <chrono>
+#include <cstddef>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "grpcpp/server.h"
+#include "server/inference_service.h"
+#include "server/model_registry.h"
+
+namespace hearth::server {
+
+struct ServerOptions {
+  std::string listen = "0.0.0.0:50051";
+  std::vector<ModelSpec> models;
+  std::size_t worker_threads = 0;  // 0: enough for every instance, queue slot and 16 more
+  std::size_t max_message_bytes = 4 << 20;
+  int keepalive_time_s = 60;
+  int keepalive_timeout_s = 20;
+  std::string tls_cert_file, tls_key_file;  // both or neither
+  ServiceOptions service;
+  double grace_period_s = 10;
+  bool keep_going = false;  // serve the models that load when another fails
+};
+
+class HearthServer {
+ public:
+  explicit HearthServer(ServerOptions options, RequestObserver* observer = nullptr);
+  ~HearthServer();
+
+  // Binds and starts; returns the bound port (the one picked when the listen
+  // address has port 0). Errors name the address or the TLS file.
+  absl::StatusOr<int> start();
+  // Loads every model (see ModelRegistry::load_all); health follows.
+  absl::Status load(kernels::ThreadPool* kernel_pool);
+  // Drains and stops (see above). Returns true if every generation finished
+  // within the grace period.
+  bool shutdown();
+
+  ModelRegistry& registry() { return registry_; }
+
+ private:
+  void set_health(const std::string& service, bool serving);
+
+  ServerOptions options_;
+  ModelRegistry registry_;
+  InferenceService service_;
+  std::unique_ptr<grpc::Server> server_;
+};
+
+}  // namespace hearth::server

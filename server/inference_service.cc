@@ -192,6 +192,9 @@ grpc::Status InferenceService::run(grpc::ServerContext* context,
   const std::size_t instance = lease->index();
   if (!result.ok()) return finish(to_grpc(result.status()));
   record.generated_tokens = result->generated_ids.size();
+  record.temp_lookups = result->stats.temp_lookups;
+  record.temp_hits = result->stats.temp_hits;
+  record.temp_peak_bytes = result->stats.temp_peak_bytes;
 
   if (result->finish == engine::FinishReason::kCancelled) {
     if (aborted_.load(std::memory_order_acquire))

@@ -3,6 +3,8 @@
 // must be thread-safe and cheap (no I/O).
 #pragma once
 
+#include <cstddef>
+#include <cstdint>
 #include <string>
 
 #include "grpcpp/support/status.h"
@@ -18,6 +20,8 @@ struct RequestRecord {
   double duration_s = 0;              // arrival to the final status
   std::size_t prompt_tokens = 0;
   std::size_t generated_tokens = 0;
+  // The worker thread's temp allocator during the generation (0 when none ran).
+  std::uint64_t temp_lookups = 0, temp_hits = 0, temp_peak_bytes = 0;
 };
 
 class RequestObserver {

@@ -57,12 +57,13 @@ case "${1:-}" in
   serve)
     install_missing_packages
     build release
-    # The gRPC server lands with its own issue; until then the front door
-    # streams a completion from the built-in demo model with hearth-generate.
-    say "the gRPC server is not built yet: generating from the built-in demo model with hearth-generate"
-    build/release/tools/hearth-model synth build/demo.gguf
-    exec build/release/tools/hearth-generate --model build/demo.gguf --prompt "${HEARTH_PROMPT:-hello hearth}" \
-      --max-tokens 48 --temperature 0.8 --seed 1
+    # With no --model, hearth-server serves its built-in synthetic demo model
+    # (random weights: the text is meaningless; every code path is real).
+    # Extra arguments go to the server: ./hearth.sh serve --model NAME=FILE.gguf
+    say "starting hearth-server on 0.0.0.0:50051 (gRPC) and 0.0.0.0:9464 (/metrics); Ctrl-C stops it"
+    say "try: build/release/tools/hearth generate --prompt 'hello hearth'"
+    shift
+    exec build/release/server/hearth-server "$@"
     ;;
   test)
     install_missing_packages

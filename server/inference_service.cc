@@ -5,6 +5,7 @@
 
 #include "engine/generation.h"
 #include "engine/str_cat.h"
+#include "server/request_validation.h"
 
 namespace hearth::server {
 namespace {
@@ -32,57 +33,18 @@ Clock::time_point steady_deadline(const grpc::ServerContext& context) {
 
 FinishReason to_proto(engine::FinishReason r) {
   switch (r) {
-    case engine::FinishReason::kEos: return hearth::v1::FINISH_REASON_EOS;
-    case engine::FinishReason::kStopString: return hearth::v1::FINISH_REASON_STOP;
-    case engine::FinishReason::kMaxTokens: return hearth::v1::FINISH_REASON_LENGTH;
-    case engine::FinishReason::kContextLimit: return hearth::v1::FINISH_REASON_CONTEXT_LIMIT;
-    case engine::FinishReason::kCancelled: break;
+    case engine::FinishReason::kEos:
+      return hearth::v1::FINISH_REASON_EOS;
+    case engine::FinishReason::kStopString:
+      return hearth::v1::FINISH_REASON_STOP;
+    case engine::FinishReason::kMaxTokens:
+      return hearth::v1::FINISH_REASON_LENGTH;
+    case engine::FinishReason::kContextLimit:
+      return hearth::v1::FINISH_REASON_CONTEXT_LIMIT;
+    case engine::FinishReason::kCancelled:
+      break;
   }
   return hearth::v1::FINISH_REASON_UNSPECIFIED;
-}
-
-// Checks every request field that does not need the model's tokenizer and
-// fills the engine request. Messages name the proto field and its limit.
-grpc::Status to_engine_request(const hearth::v1::GenerateRequest& r, std::size_t max_tokens_limit,
-                               engine::GenerationRequest& out) {
-  if (r.prompt().empty()) return invalid("prompt: must not be empty");
-  out.prompt.assign(r.prompt().data(), r.prompt().size());
-  if (r.has_max_tokens()) {
-    if (r.max_tokens() < 1 || r.max_tokens() > max_tokens_limit)
-      return invalid(str_cat("max_tokens: ", r.max_tokens(), " is out of range: allowed [1, ",
-                             max_tokens_limit, "]"));
-    out.max_tokens = r.max_tokens();
-  } else {
-    out.max_tokens = kDefaultMaxTokens < max_tokens_limit ? kDefaultMaxTokens : max_tokens_limit;
-  }
-  if (static_cast<std::size_t>(r.stop_size()) > kMaxStopStrings)
-    return invalid(str_cat("stop: ", r.stop_size(), " strings given, at most ", kMaxStopStrings,
-                           " allowed"));
-  for (int i = 0; i < r.stop_size(); ++i) {
-    const std::string& s = r.stop(i);
-    if (s.empty()) return invalid(str_cat("stop[", i, "]: must not be empty"));
-    if (s.size() > kMaxStopBytes)
-      return invalid(str_cat("stop[", i, "]: ", s.size(), " bytes, at most ", kMaxStopBytes,
-                             " allowed"));
-    out.stop.push_back(s);
-  }
-  const hearth::v1::SamplingParams& p = r.sampling();
-  engine::SamplingParams& sp = out.sampling;
-  sp.temperature = p.temperature();
-  sp.top_k = p.top_k();
-  sp.top_p = p.top_p() == 0.0f ? 1.0f : p.top_p();
-  sp.min_p = p.min_p();
-  sp.repetition_penalty = p.repetition_penalty() == 0.0f ? 1.0f : p.repetition_penalty();
-  sp.presence_penalty = p.presence_penalty();
-  sp.frequency_penalty = p.frequency_penalty();
-  if (p.has_penalty_last_n()) sp.penalty_last_n = p.penalty_last_n();
-  sp.seed = p.seed();
-  if (absl::Status s = engine::validate_sampling(sp); !s.ok())
-    return invalid(str_cat("sampling.", s.message()));
-  if (r.has_add_bos()) out.tokenize.add_bos = r.add_bos();
-  out.tokenize.parse_special = r.parse_special();
-  out.ignore_eos = r.ignore_eos();
-  return grpc::Status::OK;
 }
 
 bool constant_time_equal(const std::string& a, const std::string& b) {
@@ -134,11 +96,12 @@ grpc::Status InferenceService::run(grpc::ServerContext* context,
   record.model = pool.spec().name;
 
   engine::GenerationRequest greq;
-  if (grpc::Status s = to_engine_request(request, options_.max_tokens_limit, greq); !s.ok())
-    return finish(s);
+  if (absl::Status s = to_generation_request(request, options_.max_tokens_limit, greq); !s.ok())
+    return finish(to_grpc(s));
   // Tokenize before queueing: a prompt that cannot run is refused without
   // taking an instance.
-  absl::StatusOr<std::vector<std::int32_t>> ids = pool.tokenizer().encode(greq.prompt, greq.tokenize);
+  absl::StatusOr<std::vector<std::int32_t>> ids =
+      pool.tokenizer().encode(greq.prompt, greq.tokenize);
   if (!ids.ok()) return finish(invalid(str_cat("prompt: ", ids.status().message())));
   if (ids->empty()) return finish(invalid("prompt: tokenizes to no tokens"));
   if (ids->size() >= pool.context_length())
@@ -201,9 +164,9 @@ grpc::Status InferenceService::run(grpc::ServerContext* context,
       return finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
                                  "the server shut down before the generation finished"));
     if (Clock::now() >= deadline && !context->IsCancelled())
-      return finish(grpc::Status(grpc::StatusCode::DEADLINE_EXCEEDED,
-                                 str_cat("deadline exceeded after ", result->generated_ids.size(),
-                                         " generated tokens")));
+      return finish(grpc::Status(
+          grpc::StatusCode::DEADLINE_EXCEEDED,
+          str_cat("deadline exceeded after ", result->generated_ids.size(), " generated tokens")));
     return finish(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client"));
   }
 
@@ -276,8 +239,8 @@ grpc::Status InferenceService::Detokenize(grpc::ServerContext* context,
   for (int i = 0; i < request->token_ids_size(); ++i) {
     const std::int32_t id = request->token_ids(i);
     if (id < 0 || id >= vocab)
-      return invalid(str_cat("token_ids[", i, "]: ", id, " is outside the vocabulary [0, ", vocab,
-                             ")"));
+      return invalid(
+          str_cat("token_ids[", i, "]: ", id, " is outside the vocabulary [0, ", vocab, ")"));
   }
   const std::vector<std::int32_t> ids(request->token_ids().begin(), request->token_ids().end());
   response->set_text(tok.decode(ids));
@@ -292,10 +255,18 @@ void fill_model_info(const ModelEntry& entry, hearth::v1::ModelInfo& info) {
   info.set_queue_capacity(static_cast<std::uint32_t>(entry.spec.queue));
   info.set_kv_cache_type(engine::kv_cache_type_name(entry.spec.kv_cache));
   switch (entry.state) {
-    case ModelState::kLoading: info.set_state(ModelInfo::STATE_LOADING); break;
-    case ModelState::kServing: info.set_state(ModelInfo::STATE_SERVING); break;
-    case ModelState::kDraining: info.set_state(ModelInfo::STATE_DRAINING); break;
-    case ModelState::kFailed: info.set_state(ModelInfo::STATE_FAILED); break;
+    case ModelState::kLoading:
+      info.set_state(ModelInfo::STATE_LOADING);
+      break;
+    case ModelState::kServing:
+      info.set_state(ModelInfo::STATE_SERVING);
+      break;
+    case ModelState::kDraining:
+      info.set_state(ModelInfo::STATE_DRAINING);
+      break;
+    case ModelState::kFailed:
+      info.set_state(ModelInfo::STATE_FAILED);
+      break;
   }
   info.set_error(entry.error);
   if (entry.pool == nullptr) return;

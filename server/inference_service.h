@@ -32,11 +32,6 @@ struct ServiceOptions {
   std::size_t max_tokens_limit = 4096;
 };
 
-// Request limits the service enforces (documented in the proto).
-inline constexpr std::size_t kDefaultMaxTokens = 128;
-inline constexpr std::size_t kMaxStopStrings = 16;
-inline constexpr std::size_t kMaxStopBytes = 256;
-
 class InferenceService final : public hearth::v1::Inference::Service {
  public:
   InferenceService(ModelRegistry& registry, ServiceOptions options,

@@ -71,9 +71,8 @@ int main(int argc, char** argv) {
   tools::Flags flags("hearth-server",
                      {"model", "config", "instances", "queue", "context", "kv-cache", "listen",
                       "metrics-listen", "max-message-bytes", "keepalive-time-s",
-                      "keepalive-timeout-s", "tls-cert", "tls-key", "auth-token",
-                      "auth-token-file", "worker-threads", "kernel-threads", "max-tokens-limit",
-                      "grace-period-s"},
+                      "keepalive-timeout-s", "tls-cert", "tls-key", "auth-token", "auth-token-file",
+                      "worker-threads", "kernel-threads", "max-tokens-limit", "grace-period-s"},
                      {"help", "keep-going"});
   if (!flags.parse(argc, argv)) return usage_error(flags.error());
   if (flags.get_bool("help").value_or(false)) {
@@ -81,14 +80,15 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (!flags.positional().empty())
-    return usage_error(str_cat("hearth-server: unexpected argument '", flags.positional()[0],
-                               "' (see --help)"));
+    return usage_error(
+        str_cat("hearth-server: unexpected argument '", flags.positional()[0], "' (see --help)"));
 
   server::ModelSpec defaults;
   std::int64_t v = 0;
   double d = 0;
   if (flags.has("instances")) {
-    if (!flags.get_int("instances", 1, server::kMaxInstances, &v)) return usage_error(flags.error());
+    if (!flags.get_int("instances", 1, server::kMaxInstances, &v))
+      return usage_error(flags.error());
     defaults.instances = static_cast<std::size_t>(v);
   }
   if (flags.has("queue")) {
@@ -119,7 +119,8 @@ int main(int argc, char** argv) {
     std::ostringstream text;
     text << in.rdbuf();
     auto specs = server::parse_model_config(text.str(), path, defaults);
-    if (!specs.ok()) return usage_error(str_cat("hearth-server: --config: ", specs.status().message()));
+    if (!specs.ok())
+      return usage_error(str_cat("hearth-server: --config: ", specs.status().message()));
     options.models.insert(options.models.end(), specs->begin(), specs->end());
   }
   if (options.models.empty()) {
@@ -127,8 +128,9 @@ int main(int argc, char** argv) {
     demo.name = "demo";
     demo.path = std::string(server::kDemoSource);
     options.models.push_back(demo);
-    spdlog::warn("no --model or --config given: serving the BUILT-IN SYNTHETIC DEMO MODEL as "
-                 "'demo' (random weights: its text is meaningless)");
+    spdlog::warn(
+        "no --model or --config given: serving the BUILT-IN SYNTHETIC DEMO MODEL as "
+        "'demo' (random weights: its text is meaningless)");
   }
   if (absl::Status s = server::validate_specs(options.models); !s.ok())
     return usage_error(str_cat("hearth-server: ", s.message()));

@@ -13,16 +13,17 @@ absl::StatusOr<std::unique_ptr<ModelPool>> ModelPool::load(const ModelSpec& spec
                                                            kernels::ThreadPool* kernel_pool) {
   std::unique_ptr<ModelPool> pool(new ModelPool(spec));
   auto fail = [&](const absl::Status& s) {
-    return absl::Status(s.code(), str_cat("model '", spec.name, "' (", spec.path, "): ", s.message()));
+    return absl::Status(s.code(),
+                        str_cat("model '", spec.name, "' (", spec.path, "): ", s.message()));
   };
   std::shared_ptr<const engine::GgufFile> file;
   if (spec.is_demo()) {
     absl::StatusOr<std::string> bytes = engine::synthesize_model(engine::demo_model_spec());
     if (!bytes.ok()) return fail(bytes.status());
     pool->demo_bytes_ = std::move(*bytes);
-    auto parsed = engine::GgufFile::parse(
-        reinterpret_cast<const std::uint8_t*>(pool->demo_bytes_.data()), pool->demo_bytes_.size(),
-        std::string(kDemoSource));
+    auto parsed =
+        engine::GgufFile::parse(reinterpret_cast<const std::uint8_t*>(pool->demo_bytes_.data()),
+                                pool->demo_bytes_.size(), std::string(kDemoSource));
     if (!parsed.ok()) return fail(parsed.status());
     file = std::move(*parsed);
   } else {
@@ -82,10 +83,9 @@ absl::StatusOr<ModelPool::Lease> ModelPool::acquire(Clock::time_point deadline,
     return Lease(this, index);
   }
   if (waiters_.size() >= spec_.queue)
-    return absl::UnavailableError(str_cat("model '", spec_.name, "' is at capacity: ",
-                                          instances_.size(), " instances busy and ",
-                                          waiters_.size(), " requests waiting (queue limit ",
-                                          spec_.queue, "); retry later"));
+    return absl::UnavailableError(str_cat(
+        "model '", spec_.name, "' is at capacity: ", instances_.size(), " instances busy and ",
+        waiters_.size(), " requests waiting (queue limit ", spec_.queue, "); retry later"));
   const std::uint64_t ticket = next_ticket_++;
   waiters_.push_back(ticket);
   auto leave = [&] {
@@ -95,8 +95,8 @@ absl::StatusOr<ModelPool::Lease> ModelPool::acquire(Clock::time_point deadline,
   for (;;) {
     if (draining_) {
       leave();
-      return absl::UnavailableError(str_cat("model '", spec_.name,
-                                            "' is not accepting requests: the server is shutting down"));
+      return absl::UnavailableError(str_cat(
+          "model '", spec_.name, "' is not accepting requests: the server is shutting down"));
     }
     if (waiters_.front() == ticket && !free_.empty()) {
       const std::size_t index = free_.back();

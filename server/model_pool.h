@@ -79,8 +79,7 @@ class ModelPool {
   // busy. `cancelled` is polled while waiting. Errors: UNAVAILABLE (queue
   // full, or draining), DEADLINE_EXCEEDED, CANCELLED; each message names the
   // model.
-  absl::StatusOr<Lease> acquire(Clock::time_point deadline,
-                                const std::function<bool()>& cancelled);
+  absl::StatusOr<Lease> acquire(Clock::time_point deadline, const std::function<bool()>& cancelled);
 
   // No new acquire() succeeds from now on; waiters are released with
   // UNAVAILABLE. Leases already held stay valid.

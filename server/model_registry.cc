@@ -7,16 +7,21 @@ namespace hearth::server {
 
 const char* model_state_name(ModelState s) {
   switch (s) {
-    case ModelState::kLoading: return "LOADING";
-    case ModelState::kServing: return "SERVING";
-    case ModelState::kDraining: return "DRAINING";
-    case ModelState::kFailed: return "FAILED";
+    case ModelState::kLoading:
+      return "LOADING";
+    case ModelState::kServing:
+      return "SERVING";
+    case ModelState::kDraining:
+      return "DRAINING";
+    case ModelState::kFailed:
+      return "FAILED";
   }
   return "?";
 }
 
 ModelRegistry::ModelRegistry(std::vector<ModelSpec> specs) {
-  for (ModelSpec& s : specs) entries_.push_back(ModelEntry{std::move(s), ModelState::kLoading, "", nullptr});
+  for (ModelSpec& s : specs)
+    entries_.push_back(ModelEntry{std::move(s), ModelState::kLoading, "", nullptr});
 }
 
 ModelRegistry::~ModelRegistry() = default;
@@ -86,7 +91,8 @@ absl::StatusOr<ModelPool*> ModelRegistry::find(const std::string& name) const {
 
 absl::Status ModelRegistry::not_found(const std::string& name) const {
   std::string names;
-  for (const ModelEntry& e : entries_) names += str_cat(names.empty() ? "'" : ", '", e.spec.name, "'");
+  for (const ModelEntry& e : entries_)
+    names += str_cat(names.empty() ? "'" : ", '", e.spec.name, "'");
   return absl::NotFoundError(
       str_cat("model: no model named '", name, "' is served (serving: ", names, ")"));
 }
@@ -101,7 +107,8 @@ absl::StatusOr<ModelEntry> ModelRegistry::entry(const std::string& name) const {
 void ModelRegistry::drain_all() {
   std::lock_guard<std::mutex> lock(mu_);
   for (ModelEntry& e : entries_) {
-    if (e.state == ModelState::kServing || e.state == ModelState::kLoading) e.state = ModelState::kDraining;
+    if (e.state == ModelState::kServing || e.state == ModelState::kLoading)
+      e.state = ModelState::kDraining;
   }
   for (auto& p : owned_) p->drain();
 }

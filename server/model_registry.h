@@ -25,7 +25,7 @@ const char* model_state_name(ModelState s);
 struct ModelEntry {
   ModelSpec spec;
   ModelState state = ModelState::kLoading;
-  std::string error;          // kFailed: why
+  std::string error;                // kFailed: why
   const ModelPool* pool = nullptr;  // set once loaded
 };
 
@@ -58,8 +58,8 @@ class ModelRegistry {
   absl::Status not_found(const std::string& name) const;  // requires mu_
 
   mutable std::mutex mu_;
-  std::vector<ModelEntry> entries_;                  // guarded by mu_ (state, error, pool)
-  std::vector<std::unique_ptr<ModelPool>> owned_;    // guarded by mu_; append-only
+  std::vector<ModelEntry> entries_;                // guarded by mu_ (state, error, pool)
+  std::vector<std::unique_ptr<ModelPool>> owned_;  // guarded by mu_; append-only
 };
 
 }  // namespace hearth::server

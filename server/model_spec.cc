@@ -9,8 +9,10 @@ namespace hearth::server {
 namespace {
 
 std::string_view trim(std::string_view s) {
-  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r')) s.remove_prefix(1);
-  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r')) s.remove_suffix(1);
+  while (!s.empty() && (s.front() == ' ' || s.front() == '\t' || s.front() == '\r'))
+    s.remove_prefix(1);
+  while (!s.empty() && (s.back() == ' ' || s.back() == '\t' || s.back() == '\r'))
+    s.remove_suffix(1);
   return s;
 }
 
@@ -25,8 +27,8 @@ bool parse_count(std::string_view v, std::size_t min, std::size_t max, std::size
 // Applies one `key = value` to `spec`; the message says what is wrong.
 absl::Status apply(std::string_view key, std::string_view value, ModelSpec& spec) {
   auto range = [&](std::size_t min, std::size_t max) {
-    return absl::InvalidArgumentError(str_cat(key, ": '", value, "' is not an integer in [", min,
-                                              ", ", max, "]"));
+    return absl::InvalidArgumentError(
+        str_cat(key, ": '", value, "' is not an integer in [", min, ", ", max, "]"));
   };
   if (key == "path") {
     if (value.empty()) return absl::InvalidArgumentError("path: empty");
@@ -104,8 +106,7 @@ absl::StatusOr<std::vector<ModelSpec>> parse_model_config(std::string_view text,
   }
   for (const ModelSpec& s : specs)
     if (s.path.empty())
-      return absl::InvalidArgumentError(
-          str_cat(file_name, ": model '", s.name, "' has no path"));
+      return absl::InvalidArgumentError(str_cat(file_name, ": model '", s.name, "' has no path"));
   if (specs.empty())
     return absl::InvalidArgumentError(str_cat(file_name, ": no [model NAME] section"));
   return specs;

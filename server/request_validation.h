@@ -1,0 +1,27 @@
+// Turning a hearth.v1.GenerateRequest into an engine request: every field
+// that can be checked without the model's tokenizer is checked here, and a
+// mistake is an InvalidArgument whose message starts with the proto field's
+// name and states its limit ("max_tokens: 0 is out of range: allowed [1,
+// 4096]", "sampling.top_p = nan is out of range: allowed (0, 1]",
+// "stop[3]: must not be empty"). Proto defaults map to engine defaults
+// (top_p and repetition_penalty 0 mean off; max_tokens unset means 128).
+// Pure function: no I/O, no model; fuzzed by fuzz/request_validation_fuzz.cc.
+#pragma once
+
+#include <cstddef>
+
+#include "absl/status/status.h"
+#include "engine/generation.h"
+#include "hearth/v1/inference.pb.h"
+
+namespace hearth::server {
+
+// Request limits (documented in the proto).
+inline constexpr std::size_t kDefaultMaxTokens = 128;
+inline constexpr std::size_t kMaxStopStrings = 16;
+inline constexpr std::size_t kMaxStopBytes = 256;
+
+absl::Status to_generation_request(const hearth::v1::GenerateRequest& request,
+                                   std::size_t max_tokens_limit, engine::GenerationRequest& out);
+
+}  // namespace hearth::server

@@ -1,0 +1,155 @@
+// The hearth load generator: N concurrent Generate streams, M requests in
+// all, never more than N in flight, with an optional mix of faults (client
+// cancellations, short deadlines, long prompts) chosen deterministically from a
+// seed. Measures client-side: TTFT, inter-token latency, per-stream decode
+// speed (the same definition as hearth-generate: tokens after the first / time
+// from the first to the last token) and aggregate throughput.
+//
+// The plan helpers below are header-only (no gRPC or proto types), so unit
+// tests can check them without linking the client library.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "tools/client/connection.h"
+#include "tools/client/percentiles.h"
+
+namespace hearth::client {
+
+struct BenchOptions {
+  std::string model;
+  std::size_t concurrency = 1;
+  std::size_t requests = 1;
+  // Requests run one at a time before the measurement (no faults), not counted.
+  std::size_t warmup = 0;
+  // The prompt: `prompt`, or when `prompt_tokens` > 0 a prompt of about that
+  // many tokens (repeated words).
+  std::string prompt = "Once upon a time";
+  std::size_t prompt_tokens = 0;
+  std::uint32_t max_tokens = 64;
+  double temperature = 0;
+  std::uint64_t seed = 0;
+  // Benchmarks want a fixed amount of work: keep generating past EOS.
+  bool ignore_eos = true;
+  // Fault mix: each request independently, with these probabilities, is
+  // cancelled by the client after its first piece; gets a deadline of
+  // `short_deadline_ms`; gets a prompt of about `long_prompt_tokens` tokens.
+  double cancel_fraction = 0;
+  double deadline_fraction = 0;
+  double short_deadline_ms = 50;
+  double long_prompt_fraction = 0;
+  std::size_t long_prompt_tokens = 512;
+  std::uint64_t mix_seed = 1;
+  // A live progress line on stderr ('\r'-rewritten).
+  bool progress = false;
+};
+
+// What the fault mix chose for one request.
+struct RequestPlan {
+  bool cancel_after_first = false;
+  bool short_deadline = false;
+  bool long_prompt = false;
+  bool operator==(const RequestPlan&) const = default;
+};
+
+namespace internal {
+// splitmix64: a well-mixed 64-bit hash, the same on every platform.
+inline std::uint64_t mix64(std::uint64_t x) {
+  x += 0x9E3779B97F4A7C15ULL;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBULL;
+  return x ^ (x >> 31);
+}
+// A uniform draw in [0, 1) from (seed, request index, which decision).
+inline double uniform01(std::uint64_t seed, std::uint64_t index, std::uint64_t stream) {
+  const std::uint64_t h = mix64(mix64(mix64(seed) ^ index) ^ (stream * 0xD1B54A32D192ED03ULL));
+  return static_cast<double>(h >> 11) * (1.0 / 9007199254740992.0);  // 53 bits
+}
+}  // namespace internal
+
+// The fault mix of request `index` (0-based, in submission order): a pure
+// function of (mix_seed, index, fractions), so a run is reproducible no matter
+// how threads interleave.
+inline RequestPlan plan_request(const BenchOptions& o, std::size_t index) {
+  RequestPlan p;
+  p.cancel_after_first = internal::uniform01(o.mix_seed, index, 1) < o.cancel_fraction;
+  p.short_deadline = internal::uniform01(o.mix_seed, index, 2) < o.deadline_fraction;
+  p.long_prompt = internal::uniform01(o.mix_seed, index, 3) < o.long_prompt_fraction;
+  return p;
+}
+
+// A prompt of about `n` tokens: `n` common words separated by spaces (with
+// llama-family tokenizers, one token each).
+inline std::string prompt_of_tokens(std::size_t n) {
+  static const char* const kWords[] = {"the",  "quick", "brown", "fox",  "jumps", "over",
+                                       "a",    "lazy",  "dog",   "and",  "then",  "runs",
+                                       "into", "the",   "old",   "house"};
+  std::string out;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (i) out += ' ';
+    out += kWords[i % std::size(kWords)];
+  }
+  return out;
+}
+
+// Whether a request's final status is one its plan asked for: CANCELLED after
+// a planned cancellation, DEADLINE_EXCEEDED after a planned short deadline.
+// `code` is a gRPC status code number.
+inline bool is_expected_error(const RequestPlan& plan, int code) {
+  constexpr int kCancelled = 1, kDeadlineExceeded = 4;
+  return (code == kCancelled && plan.cancel_after_first) ||
+         (code == kDeadlineExceeded && plan.short_deadline);
+}
+
+// What one request saw (times in seconds since the request started).
+struct RequestOutcome {
+  RequestPlan plan;
+  int code = 0;  // gRPC status code
+  std::string message;
+  // Arrival of each piece with token_id >= 0.
+  std::vector<double> token_times_s;
+  double total_s = 0;
+};
+
+struct BenchSummary {
+  std::size_t concurrency = 0;
+  std::size_t requests = 0;
+  std::size_t ok = 0;
+  std::size_t failed = 0;                              // unexpected errors
+  std::size_t expected = 0;                            // errors the fault mix asked for
+  std::map<std::string, std::size_t> errors;           // unexpected, by code name
+  std::map<std::string, std::size_t> expected_errors;  // by code name
+  std::map<std::string, std::string> error_examples;   // one message per code
+  double wall_s = 0;
+  double requests_per_s = 0;  // ok requests / wall time
+  double tokens_per_s = 0;    // tokens received (every request) / wall time
+  std::uint64_t generated_tokens = 0;
+  // Mean over ok requests with >= 2 tokens of (tokens - 1) / (last - first arrival).
+  double stream_decode_tokens_per_s = 0;
+  std::size_t stream_decode_samples = 0;
+  Percentiles ttft_s;  // request start -> first token, every request that got one
+  Percentiles itl_s;   // gaps between consecutive tokens of a request
+};
+
+// Folds the outcomes of a run that took `wall_s` seconds.
+BenchSummary summarize(const std::vector<RequestOutcome>& outcomes, double wall_s,
+                       std::size_t concurrency);
+
+// The summary for people (several lines) and as one JSON object (one line).
+std::string summary_text(const BenchSummary& s);
+std::string summary_json(const BenchSummary& s);
+
+// Runs the warmup, then the measured requests. Fails only when a warmup
+// request fails (the status of that RPC) or on bad options; errors of measured
+// requests are counted in the outcomes instead.
+absl::StatusOr<std::vector<RequestOutcome>> run_bench(const std::shared_ptr<grpc::Channel>& channel,
+                                                      const ConnectionOptions& connection,
+                                                      const BenchOptions& options, double* wall_s);
+
+}  // namespace hearth::client

@@ -18,7 +18,12 @@ PACKAGES=(
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   prometheus-cpp-dev
   python3-grpcio python3-grpc-tools
+  clang-14 libclang-rt-14-dev
+  prometheus openssl curl
 )
+# npm runs the dashboard and manifest checks; any npm on PATH will do,
+# otherwise Debian's.
+command -v npm >/dev/null 2>&1 || PACKAGES+=(npm)
 
 say() { printf '\033[1m[hearth]\033[0m %s\n' "$*"; }
 
@@ -73,9 +78,11 @@ case "${1:-}" in
     # under ThreadSanitizer.
     build asan
     run_tests asan
-    build tsan memory_test
+    build tsan
     say "running the threaded suites in build/tsan (ctest --preset tsan -L tsan)"
     ctest --preset tsan -L tsan -j "$(nproc)"
+    # libFuzzer targets (clang-14, ASan+UBSan), a bounded time each.
+    tests/fuzz/run_fuzzers.sh "${HEARTH_FUZZ_SECONDS:-60}"
     say "all test suites passed"
     ;;
   *)

@@ -13,16 +13,19 @@ namespace {
 CpuFeatures detect() {
   CpuFeatures f;
   __builtin_cpu_init();
+  const bool have_cpuinfo = cpuinfo_initialize();
   // __builtin_cpu_supports also checks that the OS saves the wider registers.
   f.avx2 = __builtin_cpu_supports("avx2");
   f.fma = __builtin_cpu_supports("fma");
-  f.f16c = __builtin_cpu_supports("f16c");
+  // clang's __builtin_cpu_supports has no "f16c"; cpuinfo's check includes
+  // the OS's AVX state support as well.
+  f.f16c = have_cpuinfo && cpuinfo_has_x86_f16c();
   f.avx512f = __builtin_cpu_supports("avx512f");
   f.avx512bw = __builtin_cpu_supports("avx512bw");
   f.avx512vl = __builtin_cpu_supports("avx512vl");
   f.avx512dq = __builtin_cpu_supports("avx512dq");
   f.avx512vnni = __builtin_cpu_supports("avx512vnni");
-  if (cpuinfo_initialize() && cpuinfo_get_cores_count() > 0) {
+  if (have_cpuinfo && cpuinfo_get_cores_count() > 0) {
     f.physical_cores = static_cast<int>(cpuinfo_get_cores_count());
   } else {
     const unsigned n = std::thread::hardware_concurrency();

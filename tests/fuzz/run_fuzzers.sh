@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Builds the libFuzzer targets (preset "fuzz": clang-14, ASan + UBSan) and runs
+# each for a bounded time. Any crash, leak, timeout (>10 s on one input) or
+# out-of-memory fails the run; the failing input is kept under build/fuzz/artifacts/
+# and belongs in tests/fuzz/regressions/<target>/ once fixed (those inputs are
+# replayed first on every run).
+#
+#   tests/fuzz/run_fuzzers.sh [SECONDS_PER_TARGET]      (default 60)
+#
+# The tokenizer target runs once per vocabulary: the `llama` and `gpt2`
+# reference vocabularies from ../shared when present, else the synthetic demo.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+seconds=${1:-60}
+shared=${HEARTH_SHARED_DIR:-../shared}
+say() { printf '\033[1m[fuzz]\033[0m %s\n' "$*"; }
+
+say "building the fuzz targets in build/fuzz (clang-14)"
+cmake --preset fuzz -G Ninja >/dev/null
+cmake --build build/fuzz --target gguf_fuzz tokenizer_fuzz request_validation_fuzz
+
+mkdir -p build/fuzz/artifacts
+summary=()
+# run NAME TARGET SEED_DIR [VOCAB]
+run() {
+  local name=$1 target=$2 seeds=$3 vocab=${4:-}
+  local work=build/fuzz/corpus/$name regress=tests/fuzz/regressions/$target
+  mkdir -p "$work"
+  local env=()
+  [ -n "$vocab" ] && env=(HEARTH_FUZZ_VOCAB="$vocab")
+  if [ -d "$regress" ] && [ -n "$(ls -A "$regress")" ]; then
+    say "$name: replaying $(ls "$regress" | wc -l) regression inputs"
+    env "${env[@]}" "build/fuzz/tests/fuzz/$target" "$regress"/* >/dev/null 2>&1 ||
+      { echo "regression input failed again: $regress" >&2; exit 1; }
+  fi
+  say "$name: fuzzing for ${seconds} s"
+  local log=build/fuzz/$name.log
+  if ! env "${env[@]}" "build/fuzz/tests/fuzz/$target" -max_total_time="$seconds" -timeout=10 \
+      -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix=build/fuzz/artifacts/"$name"- \
+      "$work" "$seeds" >"$log" 2>&1; then
+    tail -40 "$log" >&2
+    echo "fuzz target $name FAILED: see $log and build/fuzz/artifacts/" >&2
+    exit 1
+  fi
+  local execs
+  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
+  summary+=("$(printf '%-28s %12s executions in %s s, corpus %s files' "$name" "$execs" "$seconds" "$(ls "$work" | wc -l)")")
+}
+
+run gguf gguf_fuzz tests/fuzz/corpus/gguf
+if [ -f "$shared/reference/tokenizer/ggml-vocab-llama-spm.gguf" ]; then
+  run tokenizer-llama-spm tokenizer_fuzz tests/fuzz/corpus/tokenizer "$shared/reference/tokenizer/ggml-vocab-llama-spm.gguf"
+  run tokenizer-gpt-2 tokenizer_fuzz tests/fuzz/corpus/tokenizer "$shared/reference/tokenizer/ggml-vocab-gpt-2.gguf"
+else
+  say "$shared/reference absent: fuzzing the tokenizer on the synthetic demo vocabulary only"
+  run tokenizer-demo tokenizer_fuzz tests/fuzz/corpus/tokenizer
+fi
+run request-validation request_validation_fuzz tests/fuzz/corpus/request
+
+say "all fuzz targets ran clean"
+printf '%s\n' "${summary[@]}"

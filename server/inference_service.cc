@@ -58,7 +58,16 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
 
 InferenceService::InferenceService(ModelRegistry& registry, ServiceOptions options,
                                    RequestObserver* observer)
-    : registry_(registry), options_(std::move(options)), observer_(observer) {}
+    : registry_(registry), options_(std::move(options)), observer_(observer) {
+  // Method indices follow the order of the rpcs in inference.proto.
+  MarkMethodStreamed(
+      0, new grpc::internal::SplitServerStreamingHandler<grpc::ByteBuffer,
+                                                         hearth::v1::GenerateResponse>(
+             [this](grpc::ServerContext* c, GenerateStream* s) { return generate(c, s); }));
+  MarkMethodStreamed(
+      1, new grpc::internal::StreamedUnaryHandler<grpc::ByteBuffer, hearth::v1::CompleteResponse>(
+             [this](grpc::ServerContext* c, CompleteStream* s) { return complete(c, s); }));
+}
 
 grpc::Status InferenceService::check_auth(const grpc::ServerContext& context) const {
   if (options_.auth_token.empty()) return grpc::Status::OK;
@@ -76,8 +85,7 @@ grpc::Status InferenceService::check_auth(const grpc::ServerContext& context) co
 }
 
 grpc::Status InferenceService::run(grpc::ServerContext* context,
-                                   const hearth::v1::GenerateRequest& request,
-                                   grpc::ServerWriter<hearth::v1::GenerateResponse>* writer,
+                                   const grpc::ByteBuffer& request_bytes, GenerateStream* writer,
                                    hearth::v1::CompleteResponse* complete) {
   const Clock::time_point arrival = Clock::now();
   RequestRecord record;
@@ -90,6 +98,15 @@ grpc::Status InferenceService::run(grpc::ServerContext* context,
   };
 
   if (grpc::Status s = check_auth(*context); !s.ok()) return finish(s);
+  hearth::v1::GenerateRequest request;
+  {
+    std::vector<grpc::Slice> slices;
+    std::string bytes;
+    if (request_bytes.Dump(&slices).ok())
+      for (const grpc::Slice& sl : slices)
+        bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+    if (absl::Status s = parse_generate_request(bytes, request); !s.ok()) return finish(to_grpc(s));
+  }
   absl::StatusOr<ModelPool*> found = registry_.find(request.model());
   if (!found.ok()) return finish(to_grpc(found.status()));
   ModelPool& pool = **found;
@@ -195,17 +212,21 @@ grpc::Status InferenceService::run(grpc::ServerContext* context,
   return finish(grpc::Status::OK);
 }
 
-grpc::Status InferenceService::Generate(grpc::ServerContext* context,
-                                        const hearth::v1::GenerateRequest* request,
-                                        grpc::ServerWriter<hearth::v1::GenerateResponse>* writer) {
-  return run(context, *request, writer, nullptr);
+grpc::Status InferenceService::generate(grpc::ServerContext* context, GenerateStream* stream) {
+  grpc::ByteBuffer request;
+  if (!stream->Read(&request))
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "request: no message received");
+  return run(context, request, stream, nullptr);
 }
 
-grpc::Status InferenceService::Complete(grpc::ServerContext* context,
-                                        const hearth::v1::GenerateRequest* request,
-                                        hearth::v1::CompleteResponse* response) {
-  grpc::Status s = run(context, *request, nullptr, response);
-  if (!s.ok()) response->Clear();
+grpc::Status InferenceService::complete(grpc::ServerContext* context, CompleteStream* stream) {
+  grpc::ByteBuffer request;
+  if (!stream->Read(&request))
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "request: no message received");
+  hearth::v1::CompleteResponse response;
+  grpc::Status s = run(context, request, nullptr, &response);
+  if (s.ok() && !stream->Write(response))
+    return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
   return s;
 }
 

@@ -37,10 +37,9 @@ class InferenceService final : public hearth::v1::Inference::Service {
   InferenceService(ModelRegistry& registry, ServiceOptions options,
                    RequestObserver* observer = nullptr);
 
-  grpc::Status Generate(grpc::ServerContext* context, const hearth::v1::GenerateRequest* request,
-                        grpc::ServerWriter<hearth::v1::GenerateResponse>* writer) override;
-  grpc::Status Complete(grpc::ServerContext* context, const hearth::v1::GenerateRequest* request,
-                        hearth::v1::CompleteResponse* response) override;
+  // Generate and Complete are registered with raw-bytes request handlers
+  // (see the constructor), so that a request gRPC's parser would refuse with
+  // a bare INTERNAL gets an InvalidArgument naming the field instead.
   grpc::Status Tokenize(grpc::ServerContext* context, const hearth::v1::TokenizeRequest* request,
                         hearth::v1::TokenizeResponse* response) override;
   grpc::Status Detokenize(grpc::ServerContext* context,
@@ -58,9 +57,13 @@ class InferenceService final : public hearth::v1::Inference::Service {
 
  private:
   grpc::Status check_auth(const grpc::ServerContext& context) const;
-  grpc::Status run(grpc::ServerContext* context, const hearth::v1::GenerateRequest& request,
-                   grpc::ServerWriter<hearth::v1::GenerateResponse>* writer,
-                   hearth::v1::CompleteResponse* complete);
+  using GenerateStream = grpc::ServerSplitStreamer<grpc::ByteBuffer, hearth::v1::GenerateResponse>;
+  using CompleteStream = grpc::ServerUnaryStreamer<grpc::ByteBuffer, hearth::v1::CompleteResponse>;
+  grpc::Status generate(grpc::ServerContext* context, GenerateStream* stream);
+  grpc::Status complete(grpc::ServerContext* context, CompleteStream* stream);
+  // One generation; `stream` (Generate) or `complete` (Complete) gets the output.
+  grpc::Status run(grpc::ServerContext* context, const grpc::ByteBuffer& request_bytes,
+                   GenerateStream* stream, hearth::v1::CompleteResponse* complete);
 
   ModelRegistry& registry_;
   const ServiceOptions options_;

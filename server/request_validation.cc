@@ -1,13 +1,75 @@
 #include "server/request_validation.h"
 
 #include "engine/str_cat.h"
+#include "engine/unicode.h"
 
 namespace hearth::server {
 namespace {
 
 absl::Status invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
 
+// Reads a base-128 varint at `pos`; false when truncated or longer than 10 bytes.
+bool read_varint(std::string_view b, std::size_t& pos, std::uint64_t& v) {
+  v = 0;
+  for (int shift = 0; shift < 70 && pos < b.size(); shift += 7) {
+    const auto byte = static_cast<unsigned char>(b[pos++]);
+    v |= static_cast<std::uint64_t>(byte & 0x7f) << shift;
+    if ((byte & 0x80) == 0) return true;
+  }
+  return false;
+}
+
+// Walks the top-level fields of a GenerateRequest and names the first string
+// field (model = 1, prompt = 2, stop = 5) whose bytes are not UTF-8.
+std::string first_invalid_utf8_field(std::string_view b) {
+  std::size_t pos = 0;
+  int stop_index = 0;
+  while (pos < b.size()) {
+    std::uint64_t tag = 0, len = 0;
+    if (!read_varint(b, pos, tag)) return "";
+    const std::uint64_t field = tag >> 3;
+    switch (tag & 7) {
+      case 0:
+        if (!read_varint(b, pos, len)) return "";
+        break;
+      case 1:
+        pos += 8;
+        break;
+      case 5:
+        pos += 4;
+        break;
+      case 2: {
+        if (!read_varint(b, pos, len) || len > b.size() - pos) return "";
+        const std::string_view value = b.substr(pos, len);
+        pos += len;
+        std::string name;
+        if (field == 1) name = "model";
+        if (field == 2) name = "prompt";
+        if (field == 5) name = str_cat("stop[", stop_index++, "]");
+        if (!name.empty() && !engine::is_valid_utf8(value)) {
+          std::size_t bad = 0;
+          for (engine::Utf8Char c;
+               bad < value.size() &&
+               (c = engine::decode_utf8(value, bad)).status == engine::Utf8Status::kOk;)
+            bad += c.length;
+          return str_cat(name, ": not valid UTF-8 (byte ", bad, " of the field)");
+        }
+        break;
+      }
+      default:
+        return "";
+    }
+  }
+  return "";
+}
+
 }  // namespace
+
+absl::Status parse_generate_request(std::string_view bytes, hearth::v1::GenerateRequest& out) {
+  if (out.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) return absl::OkStatus();
+  const std::string field = first_invalid_utf8_field(bytes);
+  return invalid(field.empty() ? "request: not a valid hearth.v1.GenerateRequest message" : field);
+}
 
 absl::Status to_generation_request(const hearth::v1::GenerateRequest& r,
                                    std::size_t max_tokens_limit, engine::GenerationRequest& out) {

@@ -1,5 +1,5 @@
 // Fuzz target: hearth.v1.GenerateRequest bytes as a client could send them
-// -> protobuf parse -> server::to_generation_request. Must never crash;
+// -> server::parse_generate_request -> server::to_generation_request. Must never crash;
 // every refusal must be an InvalidArgument whose message names a field of
 // the request, and every acceptance must give an engine request within the
 // documented limits.
@@ -13,7 +13,16 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   hearth::v1::GenerateRequest request;
-  if (!request.ParseFromArray(data, static_cast<int>(size))) return 0;
+  const absl::Status parsed = hearth::server::parse_generate_request(
+      std::string_view(reinterpret_cast<const char*>(data), size), request);
+  if (!parsed.ok()) {
+    const std::string m(parsed.message());
+    if (parsed.code() != absl::StatusCode::kInvalidArgument) std::abort();
+    if (m.rfind("request:", 0) != 0 && m.rfind("prompt:", 0) != 0 && m.rfind("model:", 0) != 0 &&
+        m.rfind("stop[", 0) != 0)
+      std::abort();
+    return 0;
+  }
   hearth::engine::GenerationRequest out;
   const absl::Status s = hearth::server::to_generation_request(request, 4096, out);
   if (!s.ok()) {

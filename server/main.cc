@@ -11,11 +11,13 @@
 
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <sstream>
 #include <string>
 
 #include "engine/str_cat.h"
 #include "kernels/thread_pool.h"
+#include "server/metrics.h"
 #include "server/server.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
@@ -181,8 +183,32 @@ int main(int argc, char** argv) {
     kernels::set_default_thread_count(static_cast<std::size_t>(v));
   }
   const std::string metrics_listen = flags.get("metrics-listen", "0.0.0.0:9464");
+  if (metrics_listen != "off") {
+    if (absl::Status s = server::MetricsExporter::check_address(metrics_listen); !s.ok())
+      return usage_error(str_cat("hearth-server: ", s.message()));
+  }
 
-  server::HearthServer srv(options);
+  // Metrics first: the exporter is the server's request observer and must
+  // outlive it (declared before `srv`, so destroyed after it).
+  std::unique_ptr<server::MetricsExporter> metrics;
+  std::string metrics_address = "off";
+  if (metrics_listen != "off") {
+    absl::StatusOr<std::unique_ptr<server::MetricsExporter>> started =
+        server::MetricsExporter::start(metrics_listen);
+    if (!started.ok()) {
+      spdlog::error("{}", std::string(started.status().message()));
+      return 1;
+    }
+    metrics = std::move(*started);
+    std::string metrics_host = metrics_listen.substr(0, metrics_listen.rfind(':'));
+    if (metrics_host == "0.0.0.0" || metrics_host == "[::]") metrics_host = "127.0.0.1";
+    metrics_address = str_cat(metrics_host, ":", metrics->port());
+  }
+
+  server::HearthServer srv(options, metrics.get());
+  // Declared after `srv`, so destroyed before it on every return path: no
+  // scrape reads the registry while `srv` destroys it.
+  server::MetricsRegistryBinding metrics_binding(metrics.get(), srv.registry());
   absl::StatusOr<int> port = srv.start();
   if (!port.ok()) {
     spdlog::error("{}", std::string(port.status().message()));
@@ -194,9 +220,9 @@ int main(int argc, char** argv) {
   }
   const std::string host = options.listen.substr(0, options.listen.rfind(':'));
   std::printf("hearth-server ready grpc=%s:%d metrics=%s\n",
-              host == "0.0.0.0" || host == "[::]" ? "127.0.0.1" : host.c_str(), *port, "off");
+              host == "0.0.0.0" || host == "[::]" ? "127.0.0.1" : host.c_str(), *port,
+              metrics_address.c_str());
   std::fflush(stdout);
-  (void)metrics_listen;
 
   int sig = 0;
   sigwait(&stop_signals, &sig);

@@ -1,21 +1,53 @@
 #include "kernels/thread_pool.h"
 
 #include <atomic>
+#include <chrono>
 #include <mutex>
+#include <thread>
 
 #include "kernels/cpu_features.h"
 
 namespace hearth::kernels {
 
+namespace {
+
+constexpr int kEpochShift = 40, kCountShift = 20;
+constexpr std::uint64_t kField = (std::uint64_t{1} << 20) - 1;
+constexpr std::size_t kMaxChunks = kField;  // 20 bits of chunk count
+// How long an idle worker keeps looking for the next region before it
+// sleeps: decode issues regions a few to a few tens of microseconds apart.
+constexpr auto kSpinTime = std::chrono::microseconds(200);
+
+std::uint64_t pack(std::uint64_t epoch, std::uint64_t n, std::uint64_t next) {
+  return (epoch << kEpochShift) | (n << kCountShift) | next;
+}
+std::uint64_t count_of(std::uint64_t c) { return (c >> kCountShift) & kField; }
+std::uint64_t next_of(std::uint64_t c) { return c & kField; }
+
+inline void cpu_relax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+}  // namespace
+
 ThreadPool::ThreadPool(std::size_t threads)
     : threads_(threads == 0 ? static_cast<std::size_t>(cpu_features().physical_cores) : threads) {
   if (threads_ > 1) {
     pool_ = pthreadpool_create(threads_);
-    if (pool_ == nullptr) threads_ = 1;  // could not start workers: run on the caller
+    workers_.reserve(threads_ - 1);
+    for (std::size_t i = 0; i + 1 < threads_; ++i) workers_.emplace_back([this] { worker_main(); });
   }
 }
 
 ThreadPool::~ThreadPool() {
+  {
+    std::lock_guard<std::mutex> lock(sleep_mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  for (std::thread& t : workers_) t.join();
   if (pool_ != nullptr) pthreadpool_destroy(pool_);
 }
 
@@ -26,39 +58,75 @@ std::size_t ThreadPool::chunk_count(std::size_t range, std::size_t grain) const 
   return by_grain < by_threads ? by_grain : by_threads;
 }
 
-#if defined(HEARTH_SANITIZER_THREAD)
-// pthreadpool is not built with TSan, so TSan cannot see that handing a task
-// to a worker, and the caller waking when all tasks are done, order memory.
-// These annotations state exactly those two edges.
-extern "C" void __tsan_acquire(void* addr);
-extern "C" void __tsan_release(void* addr);
-namespace {
-struct AnnotatedTask {
-  void (*task)(void*, std::size_t);
-  void* context;
-  static void call(void* self, std::size_t i) {
-    auto* t = static_cast<AnnotatedTask*>(self);
-    __tsan_acquire(t);
-    t->task(t->context, i);
-    __tsan_release(t);
+void ThreadPool::run_chunks() {
+  for (;;) {
+    std::uint64_t c = claim_.load(std::memory_order_acquire);
+    if (next_of(c) >= count_of(c)) return;
+    // Read the region's task before claiming: a successful claim proves the
+    // region (and so these values) did not change in between.
+    const Task task = task_.load(std::memory_order_relaxed);
+    void* const context = context_.load(std::memory_order_relaxed);
+    if (!claim_.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel,
+                                      std::memory_order_acquire))
+      continue;
+    task(context, static_cast<std::size_t>(next_of(c)));
+    done_.fetch_add(1, std::memory_order_release);
   }
-};
-}  // namespace
-#endif
+}
+
+void ThreadPool::worker_main() {
+  for (;;) {
+    run_chunks();
+    // Spin a little for the next region, then sleep until one is published.
+    const auto until = std::chrono::steady_clock::now() + kSpinTime;
+    bool found = false;
+    while (!found && std::chrono::steady_clock::now() < until) {
+      for (int i = 0; i < 64 && !found; ++i) {
+        const std::uint64_t c = claim_.load(std::memory_order_acquire);
+        found = next_of(c) < count_of(c);
+        cpu_relax();
+      }
+    }
+    if (found) continue;
+    std::unique_lock<std::mutex> lock(sleep_mu_);
+    sleepers_.fetch_add(1, std::memory_order_seq_cst);
+    wake_.wait(lock, [&] {
+      const std::uint64_t c = claim_.load(std::memory_order_seq_cst);
+      return stop_ || next_of(c) < count_of(c);
+    });
+    sleepers_.fetch_sub(1, std::memory_order_relaxed);
+    if (stop_) return;
+  }
+}
 
 void ThreadPool::run(std::size_t n, void (*task)(void*, std::size_t), void* context) {
-  if (pool_ == nullptr) {
+  // Single-threaded pools, oversized regions, and callers that find the pool
+  // busy with another caller's region run on the calling thread.
+  if (workers_.empty() || n > kMaxChunks || !region_mu_.try_lock()) {
     for (std::size_t i = 0; i < n; ++i) task(context, i);
     return;
   }
-#if defined(HEARTH_SANITIZER_THREAD)
-  AnnotatedTask annotated{task, context};
-  __tsan_release(&annotated);
-  pthreadpool_parallelize_1d(pool_, &AnnotatedTask::call, &annotated, n, 0);
-  __tsan_acquire(&annotated);
-#else
-  pthreadpool_parallelize_1d(pool_, task, context, n, 0);
-#endif
+  std::lock_guard<std::mutex> region(region_mu_, std::adopt_lock);
+  task_.store(task, std::memory_order_relaxed);
+  context_.store(context, std::memory_order_relaxed);
+  done_.store(0, std::memory_order_relaxed);
+  const std::uint64_t epoch = ((claim_.load(std::memory_order_relaxed) >> kEpochShift) + 1) &
+                              ((std::uint64_t{1} << (64 - kEpochShift)) - 1);
+  claim_.store(pack(epoch, n, 0), std::memory_order_seq_cst);
+  if (sleepers_.load(std::memory_order_seq_cst) > 0) {
+    std::lock_guard<std::mutex> lock(sleep_mu_);
+    wake_.notify_all();
+  }
+  run_chunks();
+  // Chunks claimed by workers are running now; wait for them, yielding the
+  // core now and then in case one of them is waiting for it.
+  for (unsigned spins = 0; done_.load(std::memory_order_acquire) != n; ++spins) {
+    if (spins % 256 == 255) {
+      std::this_thread::yield();
+    } else {
+      cpu_relax();
+    }
+  }
 }
 
 namespace {

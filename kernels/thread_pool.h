@@ -1,33 +1,51 @@
-// The process's thread pool for kernels, over pthreadpool.
+// The process's thread pool for kernels.
 //
-// One pool serves everything the process runs. pthreadpool serialises
-// parallel regions: when two request threads call parallel_for at once, the
-// second waits until the first region ends, then runs on all threads. Each
-// region is short (one matrix, one attention pass), so concurrent requests
-// interleave region by region rather than oversubscribing the cores. The
-// calling thread always takes part in the work.
+// A parallel region splits into n chunks that the calling thread and the
+// workers claim one at a time from a shared counter; the region ends when
+// every chunk has run. A worker that is not running (the machine is busy,
+// or it is asleep) simply claims nothing: the caller runs the chunks itself
+// and never waits for a thread that has no chunk. So a region's cost does not
+// depend on every worker being scheduled, which a fixed-split pool (each
+// thread owns a slice and the caller waits for all) cannot promise: on a
+// shared 2-core machine that wait turned a 1 ms decode step into 20 ms.
 //
-// parallel_for makes no heap allocation.
+// Workers spin for a short while after a region (decode runs regions a few
+// microseconds apart), then sleep until the next one.
+//
+// Concurrent callers: one region runs on the pool at a time. A caller that
+// finds the pool busy runs its own region on its own thread instead of
+// waiting, so two generations on two cores each keep a core.
+// Consequently chunks must never wait for each other.
+//
+// parallel_for makes no heap allocation. XNNPACK (float layers) gets a
+// separate pthreadpool through handle().
 #pragma once
 
 #include <pthreadpool.h>
 
+#include <atomic>
+#include <condition_variable>
 #include <cstddef>
+#include <cstdint>
+#include <mutex>
+#include <thread>
 #include <type_traits>
+#include <vector>
 
 namespace hearth::kernels {
 
 class ThreadPool {
  public:
   // `threads` = 0 means one per physical core. A pool of 1 runs everything
-  // on the caller and starts no thread.
+  // on the caller and starts no thread; a pool of N starts N - 1 workers
+  // (the caller is the N-th).
   explicit ThreadPool(std::size_t threads = 0);
   ~ThreadPool();
   ThreadPool(const ThreadPool&) = delete;
   ThreadPool& operator=(const ThreadPool&) = delete;
 
   std::size_t threads() const noexcept { return threads_; }
-  // The underlying pthreadpool, for libraries that take one (XNNPACK);
+  // A pthreadpool of the same size, for libraries that take one (XNNPACK);
   // nullptr when the pool has a single thread.
   pthreadpool_t handle() const noexcept { return pool_; }
 
@@ -88,9 +106,31 @@ class ThreadPool {
   };
 
   void run(std::size_t n, void (*task)(void*, std::size_t), void* context);
+  void worker_main();
+  // Claims and runs chunks of the current region until none is left.
+  void run_chunks();
 
+  using Task = void (*)(void*, std::size_t);
   std::size_t threads_;
-  pthreadpool_t pool_ = nullptr;
+  pthreadpool_t pool_ = nullptr;  // for XNNPACK only
+  std::vector<std::thread> workers_;
+
+  // The current region. `claim_` packs epoch (24 bits), chunk count n (20
+  // bits) and the next unclaimed chunk (20 bits), so a claim (compare and
+  // swap) can only succeed for the region whose parameters the claimer
+  // read; task_ and context_ are written before the region's claim_ is
+  // published (release) and not changed until every chunk is done.
+  std::atomic<std::uint64_t> claim_{0};
+  std::atomic<Task> task_{nullptr};
+  std::atomic<void*> context_{nullptr};
+  std::atomic<std::size_t> done_{0};  // chunks of the current region finished
+  std::mutex region_mu_;              // held by the caller that owns the pool for a region
+
+  // Sleeping workers.
+  std::mutex sleep_mu_;
+  std::condition_variable wake_;
+  std::atomic<int> sleepers_{0};
+  bool stop_ = false;  // guarded by sleep_mu_
 };
 
 // The shared pool, created on first use with set_default_thread_count()'s

@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cmath>
+#include <functional>
 
 #include "engine/generation.h"
 #include "engine/str_cat.h"
@@ -47,6 +48,37 @@ FinishReason to_proto(engine::FinishReason r) {
   return hearth::v1::FINISH_REASON_UNSPECIFIED;
 }
 
+std::string to_bytes(const grpc::ByteBuffer& buffer) {
+  std::vector<grpc::Slice> slices;
+  std::string bytes;
+  if (buffer.Dump(&slices).ok())
+    for (const grpc::Slice& sl : slices)
+      bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
+  return bytes;
+}
+
+// A unary method whose request bytes hearth parses itself (see
+// parse_request), then hands to the generated-style `method`.
+template <typename Request, typename Response>
+grpc::internal::MethodHandler* parsing_unary(
+    InferenceService* self,
+    grpc::Status (InferenceService::*method)(grpc::ServerContext*, const Request*, Response*)) {
+  return new grpc::internal::StreamedUnaryHandler<grpc::ByteBuffer, Response>(
+      [self, method](grpc::ServerContext* context,
+                     grpc::ServerUnaryStreamer<grpc::ByteBuffer, Response>* stream) {
+        grpc::ByteBuffer bytes;
+        if (!stream->Read(&bytes))
+          return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "request: no message received");
+        Request request;
+        if (absl::Status s = parse_request(to_bytes(bytes), request); !s.ok()) return to_grpc(s);
+        Response response;
+        grpc::Status status = (self->*method)(context, &request, &response);
+        if (status.ok() && !stream->Write(response))
+          return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+        return status;
+      });
+}
+
 bool constant_time_equal(const std::string& a, const std::string& b) {
   unsigned char diff = a.size() == b.size() ? 0 : 1;
   for (std::size_t i = 0; i < a.size(); ++i)
@@ -67,6 +99,10 @@ InferenceService::InferenceService(ModelRegistry& registry, ServiceOptions optio
   MarkMethodStreamed(
       1, new grpc::internal::StreamedUnaryHandler<grpc::ByteBuffer, hearth::v1::CompleteResponse>(
              [this](grpc::ServerContext* c, CompleteStream* s) { return complete(c, s); }));
+  MarkMethodStreamed(2, parsing_unary(this, &InferenceService::Tokenize));
+  MarkMethodStreamed(3, parsing_unary(this, &InferenceService::Detokenize));
+  MarkMethodStreamed(4, parsing_unary(this, &InferenceService::ListModels));
+  MarkMethodStreamed(5, parsing_unary(this, &InferenceService::GetModel));
 }
 
 grpc::Status InferenceService::check_auth(const grpc::ServerContext& context) const {
@@ -99,14 +135,8 @@ grpc::Status InferenceService::run(grpc::ServerContext* context,
 
   if (grpc::Status s = check_auth(*context); !s.ok()) return finish(s);
   hearth::v1::GenerateRequest request;
-  {
-    std::vector<grpc::Slice> slices;
-    std::string bytes;
-    if (request_bytes.Dump(&slices).ok())
-      for (const grpc::Slice& sl : slices)
-        bytes.append(reinterpret_cast<const char*>(sl.begin()), sl.size());
-    if (absl::Status s = parse_generate_request(bytes, request); !s.ok()) return finish(to_grpc(s));
-  }
+  if (absl::Status s = parse_request(to_bytes(request_bytes), request); !s.ok())
+    return finish(to_grpc(s));
   absl::StatusOr<ModelPool*> found = registry_.find(request.model());
   if (!found.ok()) return finish(to_grpc(found.status()));
   ModelPool& pool = **found;
@@ -115,6 +145,10 @@ grpc::Status InferenceService::run(grpc::ServerContext* context,
   engine::GenerationRequest greq;
   if (absl::Status s = to_generation_request(request, options_.max_tokens_limit, greq); !s.ok())
     return finish(to_grpc(s));
+  const std::size_t vocab = pool.tokenizer().vocab_size();
+  if (greq.sampling.top_k < 0 || static_cast<std::size_t>(greq.sampling.top_k) > vocab)
+    return finish(invalid(str_cat("sampling.top_k = ", greq.sampling.top_k,
+                                  " is out of range: allowed [0, ", vocab, "] (the vocabulary)")));
   // Tokenize before queueing: a prompt that cannot run is refused without
   // taking an instance.
   absl::StatusOr<std::vector<std::int32_t>> ids =
@@ -212,6 +246,49 @@ grpc::Status InferenceService::run(grpc::ServerContext* context,
   return finish(grpc::Status::OK);
 }
 
+grpc::Status InferenceService::observed(const char* method, const std::string& model,
+                                        const std::function<grpc::Status()>& body) {
+  const Clock::time_point start = Clock::now();
+  grpc::Status status = body();
+  if (observer_ != nullptr) {
+    RequestRecord record;
+    record.method = method;
+    if (!model.empty() && registry_.find(model).ok()) record.model = model;
+    record.code = status.error_code();
+    record.duration_s = seconds_between(start, Clock::now());
+    observer_->on_request_done(record);
+  }
+  return status;
+}
+
+grpc::Status InferenceService::Tokenize(grpc::ServerContext* context,
+                                        const hearth::v1::TokenizeRequest* request,
+                                        hearth::v1::TokenizeResponse* response) {
+  return observed("Tokenize", request->model(),
+                  [&] { return unobserved_Tokenize(context, request, response); });
+}
+
+grpc::Status InferenceService::Detokenize(grpc::ServerContext* context,
+                                          const hearth::v1::DetokenizeRequest* request,
+                                          hearth::v1::DetokenizeResponse* response) {
+  return observed("Detokenize", request->model(),
+                  [&] { return unobserved_Detokenize(context, request, response); });
+}
+
+grpc::Status InferenceService::ListModels(grpc::ServerContext* context,
+                                          const hearth::v1::ListModelsRequest* request,
+                                          hearth::v1::ListModelsResponse* response) {
+  return observed("ListModels", "",
+                  [&] { return unobserved_ListModels(context, request, response); });
+}
+
+grpc::Status InferenceService::GetModel(grpc::ServerContext* context,
+                                        const hearth::v1::GetModelRequest* request,
+                                        hearth::v1::ModelInfo* response) {
+  return observed("GetModel", request->model(),
+                  [&] { return unobserved_GetModel(context, request, response); });
+}
+
 grpc::Status InferenceService::generate(grpc::ServerContext* context, GenerateStream* stream) {
   grpc::ByteBuffer request;
   if (!stream->Read(&request))
@@ -230,9 +307,9 @@ grpc::Status InferenceService::complete(grpc::ServerContext* context, CompleteSt
   return s;
 }
 
-grpc::Status InferenceService::Tokenize(grpc::ServerContext* context,
-                                        const hearth::v1::TokenizeRequest* request,
-                                        hearth::v1::TokenizeResponse* response) {
+grpc::Status InferenceService::unobserved_Tokenize(grpc::ServerContext* context,
+                                                   const hearth::v1::TokenizeRequest* request,
+                                                   hearth::v1::TokenizeResponse* response) {
   if (grpc::Status s = check_auth(*context); !s.ok()) return s;
   absl::StatusOr<ModelPool*> pool = registry_.find(request->model());
   if (!pool.ok()) return to_grpc(pool.status());
@@ -244,14 +321,15 @@ grpc::Status InferenceService::Tokenize(grpc::ServerContext* context,
   if (!ids.ok()) return invalid(str_cat("text: ", ids.status().message()));
   for (std::int32_t id : *ids) {
     response->add_token_ids(id);
-    response->add_pieces(tok.token_text(id));
+    const std::string_view piece = tok.piece(id);
+    response->add_pieces(piece.data(), piece.size());
   }
   return grpc::Status::OK;
 }
 
-grpc::Status InferenceService::Detokenize(grpc::ServerContext* context,
-                                          const hearth::v1::DetokenizeRequest* request,
-                                          hearth::v1::DetokenizeResponse* response) {
+grpc::Status InferenceService::unobserved_Detokenize(grpc::ServerContext* context,
+                                                     const hearth::v1::DetokenizeRequest* request,
+                                                     hearth::v1::DetokenizeResponse* response) {
   if (grpc::Status s = check_auth(*context); !s.ok()) return s;
   absl::StatusOr<ModelPool*> pool = registry_.find(request->model());
   if (!pool.ok()) return to_grpc(pool.status());
@@ -304,17 +382,17 @@ void fill_model_info(const ModelEntry& entry, hearth::v1::ModelInfo& info) {
   info.set_queue_depth(static_cast<std::uint32_t>(n.queue_depth));
 }
 
-grpc::Status InferenceService::ListModels(grpc::ServerContext* context,
-                                          const hearth::v1::ListModelsRequest*,
-                                          hearth::v1::ListModelsResponse* response) {
+grpc::Status InferenceService::unobserved_ListModels(
+    grpc::ServerContext* context, const hearth::v1::ListModelsRequest* /*request*/,
+    hearth::v1::ListModelsResponse* response) {
   if (grpc::Status s = check_auth(*context); !s.ok()) return s;
   for (const ModelEntry& e : registry_.entries()) fill_model_info(e, *response->add_models());
   return grpc::Status::OK;
 }
 
-grpc::Status InferenceService::GetModel(grpc::ServerContext* context,
-                                        const hearth::v1::GetModelRequest* request,
-                                        hearth::v1::ModelInfo* response) {
+grpc::Status InferenceService::unobserved_GetModel(grpc::ServerContext* context,
+                                                   const hearth::v1::GetModelRequest* request,
+                                                   hearth::v1::ModelInfo* response) {
   if (grpc::Status s = check_auth(*context); !s.ok()) return s;
   absl::StatusOr<ModelEntry> entry = registry_.entry(request->model());
   if (!entry.ok()) return to_grpc(entry.status());

@@ -19,6 +19,7 @@
 
 #include <atomic>
 #include <cstddef>
+#include <functional>
 #include <string>
 
 #include "hearth/v1/inference.grpc.pb.h"
@@ -37,9 +38,10 @@ class InferenceService final : public hearth::v1::Inference::Service {
   InferenceService(ModelRegistry& registry, ServiceOptions options,
                    RequestObserver* observer = nullptr);
 
-  // Generate and Complete are registered with raw-bytes request handlers
-  // (see the constructor), so that a request gRPC's parser would refuse with
-  // a bare INTERNAL gets an InvalidArgument naming the field instead.
+  // Every method is registered with a raw-bytes request handler (see the
+  // constructor): hearth parses requests itself, so one that gRPC's parser
+  // would refuse with a bare INTERNAL gets an InvalidArgument naming the
+  // field instead. The overrides below run after that parse.
   grpc::Status Tokenize(grpc::ServerContext* context, const hearth::v1::TokenizeRequest* request,
                         hearth::v1::TokenizeResponse* response) override;
   grpc::Status Detokenize(grpc::ServerContext* context,
@@ -57,6 +59,21 @@ class InferenceService final : public hearth::v1::Inference::Service {
 
  private:
   grpc::Status check_auth(const grpc::ServerContext& context) const;
+  // Runs `body` and tells the observer how the call ended.
+  grpc::Status observed(const char* method, const std::string& model,
+                        const std::function<grpc::Status()>& body);
+  grpc::Status unobserved_Tokenize(grpc::ServerContext* context,
+                                   const hearth::v1::TokenizeRequest* request,
+                                   hearth::v1::TokenizeResponse* response);
+  grpc::Status unobserved_Detokenize(grpc::ServerContext* context,
+                                     const hearth::v1::DetokenizeRequest* request,
+                                     hearth::v1::DetokenizeResponse* response);
+  grpc::Status unobserved_ListModels(grpc::ServerContext* context,
+                                     const hearth::v1::ListModelsRequest* request,
+                                     hearth::v1::ListModelsResponse* response);
+  grpc::Status unobserved_GetModel(grpc::ServerContext* context,
+                                   const hearth::v1::GetModelRequest* request,
+                                   hearth::v1::ModelInfo* response);
   using GenerateStream = grpc::ServerSplitStreamer<grpc::ByteBuffer, hearth::v1::GenerateResponse>;
   using CompleteStream = grpc::ServerUnaryStreamer<grpc::ByteBuffer, hearth::v1::CompleteResponse>;
   grpc::Status generate(grpc::ServerContext* context, GenerateStream* stream);

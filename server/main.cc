@@ -214,10 +214,8 @@ int main(int argc, char** argv) {
     spdlog::error("{}", std::string(port.status().message()));
     return 1;
   }
-  if (absl::Status s = srv.load(&kernels::default_thread_pool()); !s.ok()) {
-    spdlog::error("{}", std::string(s.message()));
-    return 1;
-  }
+  // Load errors are logged by the registry, naming the model and the file.
+  if (absl::Status s = srv.load(&kernels::default_thread_pool()); !s.ok()) return 1;
   const std::string host = options.listen.substr(0, options.listen.rfind(':'));
   std::printf("hearth-server ready grpc=%s:%d metrics=%s\n",
               host == "0.0.0.0" || host == "[::]" ? "127.0.0.1" : host.c_str(), *port,

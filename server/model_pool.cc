@@ -82,14 +82,17 @@ absl::StatusOr<ModelPool::Lease> ModelPool::acquire(Clock::time_point deadline,
     free_.pop_back();
     return Lease(this, index);
   }
-  if (waiters_.size() >= spec_.queue)
+  // Waiters that already timed out or were cancelled leave within one poll
+  // interval; they do not hold a place against a new request meanwhile.
+  if (const std::size_t live = live_waiters(Clock::now()); live >= spec_.queue)
     return absl::UnavailableError(str_cat(
         "model '", spec_.name, "' is at capacity: ", instances_.size(), " instances busy and ",
-        waiters_.size(), " requests waiting (queue limit ", spec_.queue, "); retry later"));
+        live, " requests waiting (queue limit ", spec_.queue, "); retry later"));
   const std::uint64_t ticket = next_ticket_++;
-  waiters_.push_back(ticket);
+  waiters_.push_back(Waiter{ticket, deadline, cancelled ? &cancelled : nullptr});
   auto leave = [&] {
-    waiters_.erase(std::find(waiters_.begin(), waiters_.end(), ticket));
+    waiters_.erase(std::find_if(waiters_.begin(), waiters_.end(),
+                                [&](const Waiter& w) { return w.ticket == ticket; }));
     changed_.notify_all();  // the next waiter may now be at the front
   };
   for (;;) {
@@ -98,7 +101,7 @@ absl::StatusOr<ModelPool::Lease> ModelPool::acquire(Clock::time_point deadline,
       return absl::UnavailableError(str_cat(
           "model '", spec_.name, "' is not accepting requests: the server is shutting down"));
     }
-    if (waiters_.front() == ticket && !free_.empty()) {
+    if (waiters_.front().ticket == ticket && !free_.empty()) {
       const std::size_t index = free_.back();
       free_.pop_back();
       leave();
@@ -117,6 +120,13 @@ absl::StatusOr<ModelPool::Lease> ModelPool::acquire(Clock::time_point deadline,
     }
     changed_.wait_until(lock, std::min(deadline, now + kCancelPollInterval));
   }
+}
+
+std::size_t ModelPool::live_waiters(Clock::time_point now) const {
+  std::size_t live = 0;
+  for (const Waiter& w : waiters_)
+    if (w.deadline > now && (w.cancelled == nullptr || !(*w.cancelled)())) ++live;
+  return live;
 }
 
 void ModelPool::release(std::size_t index) {

@@ -114,11 +114,19 @@ class ModelPool {
   engine::ModuleMemoryReport instance_memory_;
 
   mutable std::mutex mu_;
-  std::condition_variable changed_;    // an instance came back, a waiter left, or draining
-  std::vector<std::size_t> free_;      // guarded by mu_
-  std::deque<std::uint64_t> waiters_;  // guarded by mu_: tickets, FIFO
-  std::uint64_t next_ticket_ = 0;      // guarded by mu_
-  bool draining_ = false;              // guarded by mu_
+  std::condition_variable changed_;  // an instance came back, a waiter left, or draining
+  std::vector<std::size_t> free_;    // guarded by mu_
+  struct Waiter {
+    std::uint64_t ticket;
+    Clock::time_point deadline;
+    const std::function<bool()>* cancelled;  // the waiter's own, alive while it waits
+  };
+  // Waiters whose deadline has not passed and whose client has not gone:
+  // the ones that count against the queue limit. Requires mu_.
+  std::size_t live_waiters(Clock::time_point now) const;
+  std::deque<Waiter> waiters_;     // guarded by mu_: FIFO
+  std::uint64_t next_ticket_ = 0;  // guarded by mu_
+  bool draining_ = false;          // guarded by mu_
 };
 
 }  // namespace hearth::server

@@ -1,5 +1,8 @@
 #include "server/request_validation.h"
 
+#include <climits>
+#include <map>
+
 #include "engine/str_cat.h"
 #include "engine/unicode.h"
 
@@ -19,15 +22,18 @@ bool read_varint(std::string_view b, std::size_t& pos, std::uint64_t& v) {
   return false;
 }
 
-// Walks the top-level fields of a GenerateRequest and names the first string
-// field (model = 1, prompt = 2, stop = 5) whose bytes are not UTF-8.
-std::string first_invalid_utf8_field(std::string_view b) {
+// Walks the wire format of a message of type `d` and names the first string
+// field, at any depth, whose bytes are not UTF-8 ("prompt", "stop[1]").
+// Empty when there is none or the bytes are not a well-formed message.
+std::string first_invalid_utf8_field(std::string_view b, const google::protobuf::Descriptor& d,
+                                     const std::string& prefix, int depth) {
+  if (depth > 16) return "";
+  std::map<int, int> seen;  // repeated fields: how many elements so far
   std::size_t pos = 0;
-  int stop_index = 0;
   while (pos < b.size()) {
     std::uint64_t tag = 0, len = 0;
     if (!read_varint(b, pos, tag)) return "";
-    const std::uint64_t field = tag >> 3;
+    const int number = static_cast<int>(tag >> 3);
     switch (tag & 7) {
       case 0:
         if (!read_varint(b, pos, len)) return "";
@@ -42,17 +48,23 @@ std::string first_invalid_utf8_field(std::string_view b) {
         if (!read_varint(b, pos, len) || len > b.size() - pos) return "";
         const std::string_view value = b.substr(pos, len);
         pos += len;
-        std::string name;
-        if (field == 1) name = "model";
-        if (field == 2) name = "prompt";
-        if (field == 5) name = str_cat("stop[", stop_index++, "]");
-        if (!name.empty() && !engine::is_valid_utf8(value)) {
+        const google::protobuf::FieldDescriptor* f = d.FindFieldByNumber(number);
+        if (f == nullptr) break;
+        std::string name = prefix + f->name();
+        if (f->is_repeated()) name = str_cat(name, "[", seen[number]++, "]");
+        if (f->type() == google::protobuf::FieldDescriptor::TYPE_STRING &&
+            !engine::is_valid_utf8(value)) {
           std::size_t bad = 0;
           for (engine::Utf8Char c;
                bad < value.size() &&
                (c = engine::decode_utf8(value, bad)).status == engine::Utf8Status::kOk;)
             bad += c.length;
           return str_cat(name, ": not valid UTF-8 (byte ", bad, " of the field)");
+        }
+        if (f->type() == google::protobuf::FieldDescriptor::TYPE_MESSAGE) {
+          std::string inner =
+              first_invalid_utf8_field(value, *f->message_type(), name + ".", depth + 1);
+          if (!inner.empty()) return inner;
         }
         break;
       }
@@ -65,10 +77,14 @@ std::string first_invalid_utf8_field(std::string_view b) {
 
 }  // namespace
 
-absl::Status parse_generate_request(std::string_view bytes, hearth::v1::GenerateRequest& out) {
-  if (out.ParseFromArray(bytes.data(), static_cast<int>(bytes.size()))) return absl::OkStatus();
-  const std::string field = first_invalid_utf8_field(bytes);
-  return invalid(field.empty() ? "request: not a valid hearth.v1.GenerateRequest message" : field);
+absl::Status parse_request(std::string_view bytes, google::protobuf::Message& out) {
+  if (bytes.size() <= static_cast<std::size_t>(INT32_MAX) &&
+      out.ParseFromArray(bytes.data(), static_cast<int>(bytes.size())))
+    return absl::OkStatus();
+  const std::string field = first_invalid_utf8_field(bytes, *out.GetDescriptor(), "", 0);
+  return invalid(
+      field.empty() ? str_cat("request: not a valid ", out.GetDescriptor()->full_name(), " message")
+                    : field);
 }
 
 absl::Status to_generation_request(const hearth::v1::GenerateRequest& r,

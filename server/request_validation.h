@@ -22,12 +22,13 @@ inline constexpr std::size_t kDefaultMaxTokens = 128;
 inline constexpr std::size_t kMaxStopStrings = 16;
 inline constexpr std::size_t kMaxStopBytes = 256;
 
-// Parses a GenerateRequest from its wire bytes. gRPC's own parser refuses a
+// Parses a request message from its wire bytes. gRPC's own parser refuses a
 // message with invalid UTF-8 in a string field with a bare INTERNAL status;
 // hearth parses the bytes itself so the client learns which field is wrong:
 // InvalidArgument "prompt: not valid UTF-8 (byte 3 of the field)", "stop[1]:
-// ...", "model: ...", or "request: not a valid hearth.v1.GenerateRequest".
-absl::Status parse_generate_request(std::string_view bytes, hearth::v1::GenerateRequest& out);
+// ...", "model: ...", or "request: not a valid hearth.v1.GenerateRequest
+// message".
+absl::Status parse_request(std::string_view bytes, google::protobuf::Message& out);
 
 absl::Status to_generation_request(const hearth::v1::GenerateRequest& request,
                                    std::size_t max_tokens_limit, engine::GenerationRequest& out);

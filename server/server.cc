@@ -66,6 +66,9 @@ absl::StatusOr<int> HearthServer::start() {
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, options_.keepalive_timeout_s * 1000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 10 * 1000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // gRPC enables SO_REUSEPORT by default: a second server on a taken port
+  // would start and silently share it. A taken port must be an error.
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
 
   // Every instance and queue slot may hold a worker thread for a whole
   // generation; 16 more keep the light calls (Tokenize, ListModels) going.
@@ -77,6 +80,12 @@ absl::StatusOr<int> HearthServer::start() {
   grpc::ResourceQuota quota("hearth");
   quota.SetMaxThreads(static_cast<int>(threads));
   builder.SetResourceQuota(quota);
+  // A worker thread that finishes a call stays as a poller instead of
+  // exiting (up to every thread), so its warm temp allocator serves the next
+  // request; with gRPC's default (2 pollers) busy servers churn threads and
+  // every new one starts with a cold cache.
+  builder.SetSyncServerOption(grpc::ServerBuilder::SyncServerOption::MAX_POLLERS,
+                              static_cast<int>(threads));
 
   server_ = builder.BuildAndStart();
   if (!server_ || port == 0)

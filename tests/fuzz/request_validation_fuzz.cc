@@ -1,5 +1,5 @@
 // Fuzz target: hearth.v1.GenerateRequest bytes as a client could send them
-// -> server::parse_generate_request -> server::to_generation_request. Must never crash;
+// -> server::parse_request -> server::to_generation_request. Must never crash;
 // every refusal must be an InvalidArgument whose message names a field of
 // the request, and every acceptance must give an engine request within the
 // documented limits.
@@ -13,7 +13,7 @@
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   hearth::v1::GenerateRequest request;
-  const absl::Status parsed = hearth::server::parse_generate_request(
+  const absl::Status parsed = hearth::server::parse_request(
       std::string_view(reinterpret_cast<const char*>(data), size), request);
   if (!parsed.ok()) {
     const std::string m(parsed.message());

@@ -1,6 +1,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <chrono>
 #include <set>
 #include <thread>
 #include <vector>
@@ -82,7 +83,45 @@ TEST(ThreadPool, UsesMoreThanOneThreadWhenItHasThem) {
   EXPECT_EQ(seen.size(), 2u);
 }
 
-TEST(ThreadPool, ConcurrentCallersAreSerialisedAndBothComplete) {
+// A caller that finds the pool busy runs its region on its own thread rather
+// than waiting: here the busy region cannot finish until the second caller's
+// region has, so a pool that made the second caller wait would never finish
+// (the chunk gives up after 20 s and the test fails instead of hanging).
+TEST(ThreadPool, ACallerFindingThePoolBusyRunsItsRegionItself) {
+  ThreadPool pool(2);
+  std::atomic<bool> second_done{false}, first_started{false}, first_saw_second{true};
+  std::atomic<int> second_chunks{0};
+  std::thread first([&] {
+    pool.parallel_chunks(2, 2, [&](std::size_t, std::size_t, std::size_t) {
+      first_started.store(true);
+      const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+      while (!second_done.load() && std::chrono::steady_clock::now() < give_up)
+        std::this_thread::yield();
+      if (!second_done.load()) first_saw_second.store(false);
+    });
+  });
+  while (!first_started.load()) std::this_thread::yield();
+  pool.parallel_for(1000, 10, [&](std::size_t, std::size_t) { second_chunks.fetch_add(1); });
+  second_done.store(true);
+  first.join();
+  EXPECT_EQ(second_chunks.load(), 8);  // threads x 4 chunks
+  EXPECT_TRUE(first_saw_second.load()) << "the second caller waited for the busy region";
+}
+
+// Regions complete however the workers are scheduled: many small regions
+// back to back from one caller, each must see every chunk exactly once.
+TEST(ThreadPool, BackToBackRegionsRunEveryChunkExactlyOnce) {
+  ThreadPool pool(3);
+  std::vector<std::atomic<int>> hits(12);
+  for (int r = 0; r < 2000; ++r) {
+    pool.parallel_for(12, 1, [&](std::size_t b, std::size_t e) {
+      for (std::size_t i = b; i < e; ++i) hits[i].fetch_add(1);
+    });
+  }
+  for (auto& h : hits) EXPECT_EQ(h.load(), 2000);
+}
+
+TEST(ThreadPool, ConcurrentCallersBothComplete) {
   ThreadPool pool(2);
   std::atomic<long> total{0};
   auto work = [&] {

@@ -1,0 +1,258 @@
+// Helpers of the reliability tests (soak, faults, hostile inputs), on top of
+// the server tests' helpers (tests/server/test_util.h): a bounded HTTP GET of
+// the server's /metrics and a parser for its samples, the resident memory of a
+// process, generic calls that send hand-encoded request bytes (for requests
+// the generated code would not produce, such as invalid UTF-8 in proto3
+// strings), and channels that reconnect quickly.
+//
+// Nothing here sleeps: every wait is a poll() or an RPC with a deadline.
+#pragma once
+
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tests/server/test_util.h"
+
+namespace hearth::testing {
+
+// --- /metrics ----------------------------------------------------------------
+
+// GET http://HOST:PORT`path` (HTTP/1.0, connection closed by the server);
+// returns the body, or nullopt (with *error set) on a connection failure, a
+// non-200 status or `timeout`.
+inline std::optional<std::string> http_get(const std::string& host_port, const std::string& path,
+                                           std::string* error, milliseconds timeout = seconds(10)) {
+  const auto deadline = Clock::now() + timeout;
+  auto left_ms = [&] {
+    const auto left = std::chrono::duration_cast<milliseconds>(deadline - Clock::now()).count();
+    return static_cast<int>(left < 0 ? 0 : left);
+  };
+  const std::size_t colon = host_port.rfind(':');
+  if (colon == std::string::npos) {
+    *error = "not HOST:PORT: " + host_port;
+    return std::nullopt;
+  }
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_port = htons(static_cast<std::uint16_t>(std::atoi(host_port.c_str() + colon + 1)));
+  if (::inet_pton(AF_INET, host_port.substr(0, colon).c_str(), &addr.sin_addr) != 1) {
+    *error = "not an IPv4 address: " + host_port;
+    return std::nullopt;
+  }
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_NONBLOCK | SOCK_CLOEXEC, 0);
+  if (fd < 0) {
+    *error = "socket() failed";
+    return std::nullopt;
+  }
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  if (::connect(fd, reinterpret_cast<const sockaddr*>(&addr), sizeof addr) != 0 &&
+      errno != EINPROGRESS) {
+    *error = "connect to " + host_port + " failed: " + std::strerror(errno);
+    return std::nullopt;
+  }
+  pollfd p{fd, POLLOUT, 0};
+  if (::poll(&p, 1, left_ms()) != 1) {
+    *error = "connect to " + host_port + " timed out";
+    return std::nullopt;
+  }
+  int so_error = 0;
+  socklen_t len = sizeof so_error;
+  ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &so_error, &len);
+  if (so_error != 0) {
+    *error = "connect to " + host_port + " failed: " + std::strerror(so_error);
+    return std::nullopt;
+  }
+  const std::string request = "GET " + path + " HTTP/1.0\r\nHost: " + host_port + "\r\n\r\n";
+  std::size_t sent = 0;
+  while (sent < request.size()) {
+    p = {fd, POLLOUT, 0};
+    if (::poll(&p, 1, left_ms()) != 1) {
+      *error = "sending to " + host_port + " timed out";
+      return std::nullopt;
+    }
+    const ssize_t n = ::send(fd, request.data() + sent, request.size() - sent, MSG_NOSIGNAL);
+    if (n < 0 && errno != EAGAIN) {
+      *error = "send failed";
+      return std::nullopt;
+    }
+    if (n > 0) sent += static_cast<std::size_t>(n);
+  }
+  std::string response;
+  char buf[16384];
+  for (;;) {
+    p = {fd, POLLIN, 0};
+    if (::poll(&p, 1, left_ms()) != 1) {
+      *error = "reading from " + host_port + " timed out";
+      return std::nullopt;
+    }
+    const ssize_t n = ::recv(fd, buf, sizeof buf, 0);
+    if (n == 0) break;
+    if (n < 0) {
+      if (errno == EAGAIN || errno == EINTR) continue;
+      *error = "recv failed";
+      return std::nullopt;
+    }
+    response.append(buf, static_cast<std::size_t>(n));
+  }
+  const std::size_t body = response.find("\r\n\r\n");
+  if (response.compare(0, 12, "HTTP/1.1 200") != 0 &&
+      response.compare(0, 12, "HTTP/1.0 200") != 0) {
+    *error = "HTTP error: " + response.substr(0, response.find("\r\n"));
+    return std::nullopt;
+  }
+  if (body == std::string::npos) {
+    *error = "malformed HTTP response";
+    return std::nullopt;
+  }
+  return response.substr(body + 4);
+}
+
+// The samples of a Prometheus text exposition: "name{labels}" (exactly as
+// written, labels in the exporter's order) -> value.
+inline std::map<std::string, double> parse_metrics(const std::string& text) {
+  std::map<std::string, double> out;
+  std::istringstream in(text);
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.empty() || line[0] == '#') continue;
+    // The value follows the last space outside the label set.
+    const std::size_t close = line.rfind('}');
+    const std::size_t space = line.find(' ', close == std::string::npos ? 0 : close);
+    if (space == std::string::npos) continue;
+    const std::string value = line.substr(space + 1);
+    char* end = nullptr;
+    const double v = std::strtod(value.c_str(), &end);
+    if (end == value.c_str()) continue;
+    out[line.substr(0, space)] = v;
+  }
+  return out;
+}
+
+// A scrape of the server's /metrics; fails the test (non-fatally) and returns
+// an empty map when the endpoint does not answer.
+inline std::map<std::string, double> scrape(const ServerProcess& server) {
+  std::string error;
+  const std::optional<std::string> body = http_get(server.metrics_address(), "/metrics", &error);
+  EXPECT_TRUE(body.has_value()) << "scraping " << server.metrics_address() << ": " << error;
+  return body ? parse_metrics(*body) : std::map<std::string, double>{};
+}
+
+// The value of `series` ("name" or "name{labels}"), or nullopt when absent.
+inline std::optional<double> metric(const std::map<std::string, double>& m,
+                                    const std::string& series) {
+  const auto it = m.find(series);
+  if (it == m.end()) return std::nullopt;
+  return it->second;
+}
+
+// --- processes ---------------------------------------------------------------
+
+// VmRSS of `pid` in bytes (from /proc/PID/status), or 0 when unreadable.
+inline std::uint64_t resident_bytes(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/status");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("VmRSS:", 0) == 0) return std::strtoull(line.c_str() + 6, nullptr, 10) * 1024;
+  }
+  return 0;
+}
+
+// A channel that redials quickly after the server went away (for restarts).
+inline std::shared_ptr<grpc::Channel> fast_reconnect_channel(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(64 << 20);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 50);
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS, 50);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 200);
+  static std::atomic<int> counter{0};
+  args.SetInt("hearth.test.reliability_channel", counter++);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+// --- hand-encoded requests ---------------------------------------------------
+
+inline std::string pb_varint_field(int field, std::uint64_t value) {
+  std::string out;
+  put_varint(out, static_cast<std::uint64_t>(field) << 3);
+  put_varint(out, value);
+  return out;
+}
+
+// A unary hearth.v1 call (`method`, e.g. "Complete") with raw request bytes;
+// *response gets the raw response bytes.
+inline grpc::Status raw_unary(const std::shared_ptr<grpc::Channel>& ch, const std::string& method,
+                              const std::string& request, std::string* response,
+                              milliseconds timeout = patience()) {
+  grpc::ClientContext ctx;
+  set_deadline(ctx, timeout);
+  const std::string path = "/hearth.v1.Inference/" + method;
+  const grpc::internal::RpcMethod rpc(path.c_str(), grpc::internal::RpcMethod::NORMAL_RPC);
+  grpc::ByteBuffer resp;
+  grpc::Status s =
+      grpc::internal::BlockingUnaryCall(ch.get(), rpc, &ctx, to_byte_buffer(request), &resp);
+  if (response != nullptr) *response = s.ok() ? from_byte_buffer(resp) : std::string();
+  return s;
+}
+
+// hearth.v1.Inference/Generate with raw request bytes: the final status, and
+// the number of messages received in *messages.
+inline grpc::Status raw_generate(const std::shared_ptr<grpc::Channel>& ch,
+                                 const std::string& request, int* messages,
+                                 milliseconds timeout = patience()) {
+  grpc::ClientContext ctx;
+  set_deadline(ctx, timeout);
+  const grpc::internal::RpcMethod rpc("/hearth.v1.Inference/Generate",
+                                      grpc::internal::RpcMethod::SERVER_STREAMING);
+  std::unique_ptr<grpc::ClientReader<grpc::ByteBuffer>> reader(
+      grpc::internal::ClientReaderFactory<grpc::ByteBuffer>::Create(ch.get(), rpc, &ctx,
+                                                                    to_byte_buffer(request)));
+  grpc::ByteBuffer msg;
+  *messages = 0;
+  while (reader->Read(&msg)) ++*messages;
+  return reader->Finish();
+}
+
+inline std::string code_name(grpc::StatusCode code) {
+  static const char* const kNames[] = {"OK",
+                                       "CANCELLED",
+                                       "UNKNOWN",
+                                       "INVALID_ARGUMENT",
+                                       "DEADLINE_EXCEEDED",
+                                       "NOT_FOUND",
+                                       "ALREADY_EXISTS",
+                                       "PERMISSION_DENIED",
+                                       "RESOURCE_EXHAUSTED",
+                                       "FAILED_PRECONDITION",
+                                       "ABORTED",
+                                       "OUT_OF_RANGE",
+                                       "UNIMPLEMENTED",
+                                       "INTERNAL",
+                                       "UNAVAILABLE",
+                                       "DATA_LOSS",
+                                       "UNAUTHENTICATED"};
+  const int c = static_cast<int>(code);
+  return c >= 0 && c <= 16 ? kNames[c] : "code " + std::to_string(c);
+}
+
+inline std::string describe_status(const grpc::Status& s) {
+  return code_name(s.error_code()) + " '" + s.error_message() + "'";
+}
+
+}  // namespace hearth::testing

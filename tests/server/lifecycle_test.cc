@@ -1,0 +1,240 @@
+// The server's life: command-line refusals and startup failures (exit codes
+// 2 and 1, naming the flag / file / port), health and reflection once ready,
+// and the SIGTERM/SIGINT drain (health NOT_SERVING, new requests UNAVAILABLE,
+// open streams finish within the grace period or are cancelled after it, exit 0).
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <algorithm>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "tests/server/test_util.h"
+
+namespace hearth::testing {
+namespace {
+
+constexpr char kSlow[] = "slow";
+
+// Starts the server expecting it to fail: returns its exit status, and its stderr in *err.
+int expect_startup_failure(const std::vector<std::string>& args, std::string* err) {
+  ServerProcess server;
+  const bool ready = server.start(HEARTH_SERVER_BIN, args);
+  EXPECT_FALSE(ready) << "the server started with bad arguments:" << server.describe();
+  if (ready) return -1;
+  const std::optional<int> code = server.wait_exit(patience());
+  *err = server.stderr_text();
+  EXPECT_TRUE(code.has_value());
+  return code.value_or(-1);
+}
+
+TEST(ServerLifecycleTest, BadFlagsExitWithStatus2NamingTheFlag) {
+  struct Case {
+    std::vector<std::string> args;
+    std::string expected;
+  };
+  const std::vector<Case> cases = {
+      {{"--frobnicate"}, "--frobnicate"},
+      {{"--instances", "abc"}, "--instances"},
+      {{"--instances", "0"}, "--instances"},
+      {{"--queue", "-1"}, "--queue"},
+      {{"--kv-cache", "fp8"}, "--kv-cache"},
+      {{"--max-tokens-limit", "0"}, "--max-tokens-limit"},
+      {{"--model", "no-equals-sign"}, "--model"},
+  };
+  for (const Case& c : cases) {
+    std::string err;
+    const int code = expect_startup_failure(server_args(c.args), &err);
+    EXPECT_EQ(code, 2) << c.expected << "\n" << err;
+    EXPECT_NE(err.find(c.expected), std::string::npos)
+        << "stderr should name " << c.expected << ":\n" << err;
+  }
+}
+
+TEST(ServerLifecycleTest, StartupFailuresExitWithStatus1NamingTheFileOrPort) {
+  const std::string missing = (scratch_dir() / "missing.gguf").string();
+  std::string err;
+  EXPECT_EQ(expect_startup_failure(server_args({"--model", "m=" + missing}), &err), 1) << err;
+  EXPECT_NE(err.find(missing), std::string::npos) << err;
+
+  const std::string not_gguf = (scratch_dir() / "notes.txt").string();
+  {
+    std::ofstream out(not_gguf);
+    out << "this is not a model\n";
+  }
+  EXPECT_EQ(expect_startup_failure(server_args({"--model", "m=" + not_gguf}), &err), 1) << err;
+  EXPECT_NE(err.find(not_gguf), std::string::npos) << err;
+
+  // A port another server holds.
+  ServerProcess first;
+  HEARTH_START_SERVER(first, server_args());
+  const std::string taken = first.grpc_address();
+  EXPECT_EQ(expect_startup_failure({"--listen", taken, "--metrics-listen", "off"}, &err), 1)
+      << err;
+  EXPECT_NE(err.find(std::to_string(first.grpc_port())), std::string::npos) << err;
+}
+
+TEST(ServerLifecycleTest, ReadyLineAnnouncesBothPortsOrMetricsOff) {
+  ServerProcess a;
+  HEARTH_START_SERVER(a, server_args());
+  EXPECT_GT(a.grpc_port(), 0);
+  EXPECT_GT(a.metrics_port(), 0);
+  EXPECT_NE(a.grpc_port(), a.metrics_port());
+  EXPECT_EQ(a.grpc_address(), "127.0.0.1:" + std::to_string(a.grpc_port()));
+  ServerProcess b;
+  HEARTH_START_SERVER(b, std::vector<std::string>({"--listen", "127.0.0.1:0", "--metrics-listen", "off"}));
+  EXPECT_EQ(b.metrics_address(), "off") << b.ready_line();
+  // Exactly one ready line, nothing else on stdout.
+  EXPECT_EQ(b.stdout_text(), b.ready_line() + "\n");
+}
+
+TEST(ServerLifecycleTest, HealthServingOverallAndPerModel) {
+  const std::string small = synth_model("small.gguf", {"--seed", "7"});
+  ASSERT_FALSE(small.empty());
+  ServerProcess server;
+  HEARTH_START_SERVER(server, server_args({"--model", "one=" + small, "--model", "two=" + small}));
+  auto ch = plain_channel(server.grpc_address());
+  for (const char* service : {"", "one", "two"}) {
+    int serving = -1;
+    const grpc::Status s = health_check(ch, service, &serving);
+    EXPECT_TRUE(s.ok()) << "'" << service << "': " << status_text(s);
+    EXPECT_EQ(serving, kServing) << "'" << service << "'";
+  }
+  // A service the server does not know: NOT_FOUND, as grpc.health.v1 specifies.
+  int serving = -1;
+  const grpc::Status s = health_check(ch, "demo", &serving);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << status_text(s);
+}
+
+TEST(ServerLifecycleTest, ReflectionListsTheInferenceService) {
+  ServerProcess server;
+  HEARTH_START_SERVER(server, server_args());
+  auto ch = plain_channel(server.grpc_address());
+  std::vector<std::string> services;
+  grpc::Status s = reflection_list_services(ch, &services);
+  ASSERT_TRUE(s.ok()) << status_text(s);
+  auto has = [&](const std::string& name) {
+    return std::find(services.begin(), services.end(), name) != services.end();
+  };
+  EXPECT_TRUE(has("hearth.v1.Inference"));
+  EXPECT_TRUE(has("grpc.health.v1.Health"));
+  std::vector<google::protobuf::FileDescriptorProto> files;
+  s = reflection_file_containing_symbol(ch, "hearth.v1.Inference", &files);
+  ASSERT_TRUE(s.ok()) << status_text(s);
+  auto file = std::find_if(files.begin(), files.end(),
+                           [](const auto& f) { return f.name() == "hearth/v1/inference.proto"; });
+  ASSERT_NE(file, files.end()) << "no hearth/v1/inference.proto among " << files.size() << " files";
+  EXPECT_EQ(file->package(), "hearth.v1");
+  ASSERT_EQ(file->service_size(), 1);
+  std::vector<std::string> methods;
+  for (const auto& m : file->service(0).method()) {
+    methods.push_back(m.name());
+    if (m.name() == "Generate") {
+      EXPECT_TRUE(m.server_streaming());
+    }
+  }
+  std::sort(methods.begin(), methods.end());
+  EXPECT_EQ(methods, (std::vector<std::string>{"Complete", "Detokenize", "Generate", "GetModel",
+                                               "ListModels", "Tokenize"}));
+}
+
+// ---------------------------------------------------------------------------
+// Draining.
+
+class ServerDrainTest : public ::testing::Test {
+ protected:
+  void start(const std::vector<std::string>& extra) {
+    const std::string path = slow_model();
+    ASSERT_FALSE(path.empty());
+    std::vector<std::string> args = {"--model", std::string(kSlow) + "=" + path};
+    args.insert(args.end(), extra.begin(), extra.end());
+    HEARTH_START_SERVER(server_, server_args(args));
+    channel_ = plain_channel(server_.grpc_address());
+    stub_ = make_stub(channel_);
+  }
+  // Polls health until `service` reports `want`; a failing Check counts as not yet.
+  bool wait_health(const std::string& service, int want, milliseconds timeout, int* last) {
+    const auto deadline = Clock::now() + timeout;
+    do {
+      const grpc::Status s = health_check(channel_, service, last);
+      if (s.ok() && *last == want) return true;
+    } while (Clock::now() < deadline);
+    return false;
+  }
+
+  ServerProcess server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Inference::Stub> stub_;
+};
+
+TEST_F(ServerDrainTest, SigtermLetsOpenStreamsFinishAndRefusesNewWork) {
+  // Long enough to still be running while the drain is checked, short
+  // enough to finish well inside the grace period.
+  constexpr std::uint32_t kTokens = kUnderTsan ? 16 : 40;
+  start({"--instances", "2", "--grace-period-s", "120"});
+  v1::GenerateRequest req = make_request(kSlow, "draining", kTokens);
+  req.set_ignore_eos(true);
+  OpenStream a(*stub_, req), b(*stub_, req);
+  ASSERT_TRUE(a.wait_first_piece()) << status_text(a.finish());
+  ASSERT_TRUE(b.wait_first_piece()) << status_text(b.finish());
+  ASSERT_TRUE(server_.signal(SIGTERM));
+
+  int last = -1;
+  EXPECT_TRUE(wait_health("", kNotServing, patience(), &last)) << "overall health: " << last;
+  EXPECT_TRUE(wait_health(kSlow, kNotServing, patience(), &last)) << "model health: " << last;
+  // New work is refused while the two streams are still open.
+  v1::GenerateRequest fresh = make_request(kSlow, "too late", 2);
+  v1::CompleteResponse resp;
+  const grpc::Status refused = complete(*stub_, fresh, &resp, seconds(30));
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::UNAVAILABLE) << status_text(refused);
+  const StreamResult refused_stream = generate(*stub_, fresh, seconds(30));
+  EXPECT_EQ(refused_stream.status.error_code(), grpc::StatusCode::UNAVAILABLE)
+      << status_text(refused_stream.status);
+  EXPECT_TRUE(server_.running()) << "exited before its streams finished";
+
+  for (OpenStream* s : {&a, &b}) {
+    ASSERT_TRUE(s->finish().ok()) << status_text(s->finish());
+    ASSERT_EQ(s->result().dones.size(), 1u);
+    EXPECT_EQ(s->result().dones.front().usage().generated_tokens(), kTokens);
+    EXPECT_EQ(s->result().ids().size(), kTokens);
+  }
+  EXPECT_EQ(server_.wait_exit(patience()), std::optional<int>(0)) << server_.describe();
+}
+
+TEST_F(ServerDrainTest, ShortGracePeriodCancelsOpenStreams) {
+  constexpr int kGraceS = 1;
+  start({"--instances", "1", "--grace-period-s", std::to_string(kGraceS)});
+  v1::GenerateRequest req = make_request(kSlow, "never finishes", 4000);
+  req.set_ignore_eos(true);
+  OpenStream s(*stub_, req);
+  ASSERT_TRUE(s.wait_first_piece()) << status_text(s.finish());
+  const auto signalled = Clock::now();
+  ASSERT_TRUE(server_.signal(SIGTERM));
+  const grpc::Status st = s.finish();
+  const double took = std::chrono::duration<double>(Clock::now() - signalled).count();
+  EXPECT_FALSE(st.ok()) << "the stream ran to its end: the grace period was not enforced";
+  EXPECT_TRUE(st.error_code() == grpc::StatusCode::CANCELLED ||
+              st.error_code() == grpc::StatusCode::UNAVAILABLE ||
+              st.error_code() == grpc::StatusCode::ABORTED)
+      << status_text(st);
+  EXPECT_TRUE(s.result().dones.empty());
+  EXPECT_LT(s.result().ids().size(), 4000u);
+  // Cancelled after the grace period, not long after (the request alone
+  // would have run for many more seconds).
+  EXPECT_LT(took, kGraceS + (kUnderSanitizer ? 30.0 : 4.0)) << "seconds from SIGTERM to the end";
+  EXPECT_EQ(server_.wait_exit(patience()), std::optional<int>(0)) << server_.describe();
+}
+
+TEST(ServerLifecycleTest, IdleServerExitsZeroOnSigtermAndSigint) {
+  for (int sig : {SIGTERM, SIGINT}) {
+    ServerProcess server;
+    HEARTH_START_SERVER(server, server_args());
+    ASSERT_TRUE(server.signal(sig));
+    EXPECT_EQ(server.wait_exit(patience()), std::optional<int>(0))
+        << "signal " << sig << "\n" << server.describe();
+  }
+}
+
+}  // namespace
+}  // namespace hearth::testing

@@ -1,0 +1,219 @@
+// Instances and the wait queue: concurrent requests run on the warm instances
+// and queue beyond them, a full queue refuses, deadlines and cancellation free
+// the instance at once. Runs on a synthetic model slow enough (a few ms per
+// token) that a long request outlasts every check made while it runs; each
+// check waits on real state: GetModel's instances_busy / queue_depth (bounded
+// polling) or stream events.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "tests/server/test_util.h"
+
+namespace hearth::testing {
+namespace {
+
+constexpr char kModel[] = "slow";
+
+// Tokens of a request that must run to its end while the test watches: long
+// enough for the checks made meanwhile, short enough to finish soon.
+constexpr std::uint32_t kFiniteTokens = kUnderTsan ? 12 : 40;
+// A request that would run for many seconds (to the context limit) unless it
+// is cancelled or its deadline passes.
+constexpr std::uint32_t kEndlessTokens = 4000;
+// How soon an instance must be free again after a cancellation or deadline:
+// well below the time the abandoned request would still have run.
+const milliseconds kPrompt = kUnderSanitizer ? seconds(20) : seconds(3);
+// A deadline that passes while the request is queued / generating.
+const milliseconds kShortDeadline = kUnderSanitizer ? seconds(20) : seconds(3);
+
+v1::GenerateRequest endless(const std::string& prompt) {
+  v1::GenerateRequest r = make_request(kModel, prompt, kEndlessTokens);
+  r.set_ignore_eos(true);
+  return r;
+}
+
+v1::GenerateRequest finite(const std::string& prompt) {
+  v1::GenerateRequest r = make_request(kModel, prompt, kFiniteTokens);
+  r.set_ignore_eos(true);
+  return r;
+}
+
+bool is_idle(const v1::ModelInfo& m) { return m.instances_busy() == 0 && m.queue_depth() == 0; }
+
+class ServerSchedulingTest : public ::testing::Test {
+ protected:
+  void start(const std::vector<std::string>& extra) {
+    const std::string path = slow_model();
+    ASSERT_FALSE(path.empty());
+    std::vector<std::string> args = {"--model", std::string(kModel) + "=" + path};
+    args.insert(args.end(), extra.begin(), extra.end());
+    HEARTH_START_SERVER(server_, server_args(args));
+    channel_ = plain_channel(server_.grpc_address());
+    stub_ = make_stub(channel_);
+  }
+  // Polls GetModel until `pred` holds; fails the test with the last state if it never does.
+  ::testing::AssertionResult wait_until(const std::function<bool(const v1::ModelInfo&)>& pred,
+                                        milliseconds timeout, const char* what) {
+    v1::ModelInfo last;
+    if (wait_for_model(*stub_, kModel, pred, timeout, &last))
+      return ::testing::AssertionSuccess();
+    return ::testing::AssertionFailure() << "not " << what << " within " << timeout.count()
+                                         << " ms; last GetModel: " << describe_model(last);
+  }
+
+  ServerProcess server_;
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::Inference::Stub> stub_;
+};
+
+TEST_F(ServerSchedulingTest, TwoInstancesRunTwoRequestsAndQueueTwo) {
+  start({"--instances", "2", "--queue", "8"});
+  v1::ModelInfo info;
+  ASSERT_TRUE(get_model(*stub_, kModel, &info).ok());
+  EXPECT_EQ(info.instances(), 2u);
+  EXPECT_EQ(info.queue_capacity(), 8u);
+  ASSERT_TRUE(is_idle(info)) << describe_model(info);
+
+  OpenStream a(*stub_, finite("first request")), b(*stub_, finite("second request"));
+  ASSERT_TRUE(a.wait_first_piece()) << status_text(a.finish());
+  ASSERT_TRUE(b.wait_first_piece()) << status_text(b.finish());
+  // Both generate at once: two instances busy, nothing waiting.
+  ASSERT_TRUE(wait_until([](const auto& m) { return m.instances_busy() == 2; }, patience(),
+                         "two instances busy"));
+  OpenStream c(*stub_, finite("third request")), d(*stub_, finite("fourth request"));
+  ASSERT_TRUE(wait_until(
+      [](const auto& m) { return m.instances_busy() == 2 && m.queue_depth() == 2; }, patience(),
+      "two running and two queued"));
+
+  OpenStream* streams[] = {&a, &b, &c, &d};
+  for (OpenStream* s : streams) {
+    ASSERT_TRUE(s->finish().ok()) << status_text(s->finish());
+    ASSERT_EQ(s->result().dones.size(), 1u);
+    const v1::Done& done = s->result().dones.front();
+    EXPECT_EQ(done.finish_reason(), v1::FINISH_REASON_LENGTH);
+    EXPECT_EQ(done.usage().generated_tokens(), kFiniteTokens);
+    EXPECT_EQ(s->result().ids().size(), kFiniteTokens);
+    EXPECT_LT(done.instance(), 2u);
+  }
+  const auto& da = a.result().dones.front();
+  const auto& db = b.result().dones.front();
+  const auto& dc = c.result().dones.front();
+  const auto& dd = d.result().dones.front();
+  EXPECT_NE(da.instance(), db.instance()) << "the first two ran side by side";
+  // The last two waited for an instance; the first two did not.
+  const double first_wait = std::max(da.timings().queue_s(), db.timings().queue_s());
+  EXPECT_GT(dc.timings().queue_s(), first_wait);
+  EXPECT_GT(dd.timings().queue_s(), first_wait);
+  EXPECT_TRUE(wait_until(is_idle, patience(), "idle"));
+}
+
+class ServerSingleInstanceTest : public ServerSchedulingTest {
+ protected:
+  void SetUp() override {
+    start({"--instances", "1", "--queue", "1"});
+    if (HasFatalFailure()) return;
+    ASSERT_TRUE(wait_until(is_idle, patience(), "idle at the start"));
+  }
+
+  // A short request right after an instance was freed: it succeeds and hardly waits.
+  void expect_next_request_runs_at_once() {
+    v1::GenerateRequest req = make_request(kModel, "next", 4);
+    req.set_ignore_eos(true);
+    v1::CompleteResponse resp;
+    const grpc::Status st = complete(*stub_, req, &resp);
+    ASSERT_TRUE(st.ok()) << status_text(st);
+    EXPECT_EQ(resp.token_ids_size(), 4);
+    EXPECT_LT(resp.done().timings().queue_s(), std::chrono::duration<double>(kPrompt).count())
+        << "the next request waited for the abandoned one";
+    EXPECT_TRUE(wait_until(is_idle, kPrompt, "idle after the next request"));
+  }
+};
+
+TEST_F(ServerSingleInstanceTest, FullQueueRefusesWithAtCapacity) {
+  OpenStream running(*stub_, endless("runs"));
+  ASSERT_TRUE(running.wait_first_piece()) << status_text(running.finish());
+  OpenStream queued(*stub_, endless("waits"));
+  ASSERT_TRUE(wait_until([](const auto& m) { return m.instances_busy() == 1 && m.queue_depth() == 1; },
+                         patience(), "one running and one queued"));
+  // The third: no room. Refused at once, streaming or not.
+  const StreamResult refused = generate(*stub_, endless("refused"));
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::UNAVAILABLE) << status_text(refused.status);
+  EXPECT_NE(refused.status.error_message().find("at capacity"), std::string::npos)
+      << status_text(refused.status);
+  EXPECT_TRUE(refused.pieces.empty());
+  v1::CompleteResponse resp;
+  const grpc::Status st = complete(*stub_, endless("refused too"), &resp);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE) << status_text(st);
+  EXPECT_NE(st.error_message().find("at capacity"), std::string::npos) << status_text(st);
+  // The refusals changed nothing.
+  v1::ModelInfo info;
+  ASSERT_TRUE(get_model(*stub_, kModel, &info).ok());
+  EXPECT_EQ(info.instances_busy(), 1u) << describe_model(info);
+  EXPECT_EQ(info.queue_depth(), 1u) << describe_model(info);
+  // Cancelling the queued one frees its place; cancelling the running one, the instance.
+  queued.cancel();
+  EXPECT_EQ(queued.finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(queued.result().pieces.empty()) << "the queued request never ran";
+  EXPECT_TRUE(wait_until([](const auto& m) { return m.queue_depth() == 0; }, kPrompt,
+                         "queue empty after the queued request was cancelled"));
+  running.cancel();
+  EXPECT_EQ(running.finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(wait_until(is_idle, kPrompt, "idle after cancelling"));
+  expect_next_request_runs_at_once();
+}
+
+TEST_F(ServerSingleInstanceTest, DeadlineWhileQueued) {
+  OpenStream running(*stub_, endless("runs"));
+  ASSERT_TRUE(running.wait_first_piece()) << status_text(running.finish());
+  OpenStream queued(*stub_, endless("waits"), kShortDeadline);
+  EXPECT_TRUE(wait_until([](const auto& m) { return m.queue_depth() == 1; }, kShortDeadline,
+                         "queued"));
+  EXPECT_EQ(queued.finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
+      << status_text(queued.finish());
+  EXPECT_TRUE(queued.result().pieces.empty());
+  EXPECT_TRUE(queued.result().dones.empty());
+  // The expired request leaves the queue; it never takes the instance.
+  EXPECT_TRUE(wait_until([](const auto& m) { return m.queue_depth() == 0; }, kPrompt,
+                         "queue empty after the deadline"));
+  running.cancel();
+  EXPECT_EQ(running.finish().error_code(), grpc::StatusCode::CANCELLED);
+  EXPECT_TRUE(wait_until(is_idle, kPrompt, "idle"));
+  expect_next_request_runs_at_once();
+}
+
+TEST_F(ServerSingleInstanceTest, DeadlineWhileGenerating) {
+  OpenStream s(*stub_, endless("runs out of time"), kShortDeadline);
+  ASSERT_TRUE(s.wait_first_piece()) << status_text(s.finish());
+  EXPECT_EQ(s.finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
+      << status_text(s.finish());
+  EXPECT_TRUE(s.result().dones.empty()) << "no Done on a failed stream";
+  EXPECT_LT(s.result().ids().size(), kEndlessTokens);
+  EXPECT_TRUE(wait_until(is_idle, kPrompt, "idle after the deadline"));
+  expect_next_request_runs_at_once();
+}
+
+TEST_F(ServerSingleInstanceTest, CancellationFreesTheInstance) {
+  OpenStream s(*stub_, endless("cancelled soon"));
+  ASSERT_TRUE(s.wait_first_piece()) << status_text(s.finish());
+  s.cancel();
+  EXPECT_EQ(s.finish().error_code(), grpc::StatusCode::CANCELLED) << status_text(s.finish());
+  EXPECT_TRUE(s.result().dones.empty());
+  // Straight away, without waiting for anything: the instance is free.
+  expect_next_request_runs_at_once();
+  // A cancelled Complete (unary) frees it too.
+  {
+    grpc::ClientContext ctx;
+    set_deadline(ctx, kShortDeadline);
+    v1::CompleteResponse resp;
+    const grpc::Status st = stub_->Complete(&ctx, endless("complete runs out of time"), &resp);
+    EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << status_text(st);
+  }
+  EXPECT_TRUE(wait_until(is_idle, kPrompt, "idle after the Complete deadline"));
+  expect_next_request_runs_at_once();
+}
+
+}  // namespace
+}  // namespace hearth::testing

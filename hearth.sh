@@ -78,11 +78,11 @@ case "${1:-}" in
     # under ThreadSanitizer.
     build asan
     run_tests asan
-    build tsan
+    build tsan hearth_tsan_tests
     say "running the threaded suites in build/tsan (ctest --preset tsan -L tsan)"
     ctest --preset tsan -L tsan -j "$(nproc)"
     # libFuzzer targets (clang-14, ASan+UBSan), a bounded time each.
-    tests/fuzz/run_fuzzers.sh "${HEARTH_FUZZ_SECONDS:-60}"
+    tests/fuzz/run_fuzzers.sh "${HEARTH_FUZZ_SECONDS:-45}"
     say "all test suites passed"
     ;;
   *)

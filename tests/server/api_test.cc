@@ -375,9 +375,9 @@ TEST_F(ServerApiTest, ListModelsAndGetModelDescribeTheDemoModel) {
 // Models from files: names, sources, quantization, the KV cache type and the
 // context cap (the model's own context, at most 4096).
 TEST(ServerApiFileModelsTest, ListModelsDescribesEveryFileModel) {
-  const std::string q8 = synth_model("small.gguf", {"--seed", "7"});
+  const std::string q8 = small_model();
   const std::string q4 =
-      synth_model("q4_long.gguf", {"--type", "q4_0", "--context", "8192", "--vocab", "512"});
+      synth_model("q4_long", {"--type", "q4_0", "--context", "8192", "--vocab", "512"});
   ASSERT_FALSE(q8.empty());
   ASSERT_FALSE(q4.empty());
   ServerProcess server;

@@ -21,7 +21,8 @@ constexpr char kSlow[] = "slow";
 int expect_startup_failure(const std::vector<std::string>& args, std::string* err) {
   ServerProcess server;
   const bool ready = server.start(HEARTH_SERVER_BIN, args);
-  EXPECT_FALSE(ready) << "the server started with bad arguments:" << server.describe();
+  EXPECT_FALSE(ready) << "the server started with bad arguments:\n" << server.describe();
+  *err = server.stderr_text();
   if (ready) return -1;
   const std::optional<int> code = server.wait_exit(patience());
   *err = server.stderr_text();
@@ -90,7 +91,7 @@ TEST(ServerLifecycleTest, ReadyLineAnnouncesBothPortsOrMetricsOff) {
 }
 
 TEST(ServerLifecycleTest, HealthServingOverallAndPerModel) {
-  const std::string small = synth_model("small.gguf", {"--seed", "7"});
+  const std::string small = small_model();
   ASSERT_FALSE(small.empty());
   ServerProcess server;
   HEARTH_START_SERVER(server, server_args({"--model", "one=" + small, "--model", "two=" + small}));
@@ -171,7 +172,7 @@ class ServerDrainTest : public ::testing::Test {
 TEST_F(ServerDrainTest, SigtermLetsOpenStreamsFinishAndRefusesNewWork) {
   // Long enough to still be running while the drain is checked, short
   // enough to finish well inside the grace period.
-  constexpr std::uint32_t kTokens = kUnderTsan ? 16 : 40;
+  constexpr std::uint32_t kTokens = kUnderTsan ? 16 : 64;
   start({"--instances", "2", "--grace-period-s", "120"});
   v1::GenerateRequest req = make_request(kSlow, "draining", kTokens);
   req.set_ignore_eos(true);

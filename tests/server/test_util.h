@@ -366,27 +366,45 @@ inline const fs::path& scratch_dir() {
   return dir.path;
 }
 
-// `hearth-model synth scratch/NAME ARGS...`, once per program; "" on failure
-// (the failure is reported).
+// `hearth-model synth FILE ARGS...`: the model file, made on first use and
+// kept in the build tree's cache (HEARTH_TEST_MODEL_CACHE) for the other test
+// programs (ctest runs every test as its own process); remade when
+// hearth-model is newer than it. "" on failure (the failure is reported).
 inline std::string synth_model(const std::string& name, const std::vector<std::string>& args) {
-  const std::string out = (scratch_dir() / name).string();
-  if (fs::exists(out)) return out;
-  std::vector<std::string> a = {"synth", out};
+  std::string key = name;
+  for (const std::string& a : args) key += (a.rfind("--", 0) == 0 ? "_" + a.substr(2) : "-" + a);
+  const fs::path dir = HEARTH_TEST_MODEL_CACHE;
+  const fs::path out = dir / (key + ".gguf");
+  std::error_code ec;
+  if (fs::exists(out, ec) &&
+      fs::last_write_time(out, ec) >= fs::last_write_time(HEARTH_MODEL_BIN, ec))
+    return out.string();
+  fs::create_directories(dir, ec);
+  // Written beside and renamed into place: concurrent tests never see half a file.
+  const fs::path tmp = dir / (key + ".tmp" + std::to_string(::getpid()));
+  std::vector<std::string> a = {"synth", tmp.string()};
   a.insert(a.end(), args.begin(), args.end());
   const ProcessResult r = run_process(HEARTH_MODEL_BIN, a);
   EXPECT_EQ(r.exit_code, 0) << "hearth-model synth failed: " << r.err;
-  return r.exit_code == 0 ? out : "";
+  if (r.exit_code != 0) return "";
+  fs::rename(tmp, out, ec);
+  EXPECT_FALSE(ec) << "cannot rename " << tmp << " to " << out << ": " << ec.message();
+  return ec ? "" : out.string();
 }
 
 // The shape of the built-in demo model (the synth defaults): fast.
-inline std::string small_model() { return synth_model("small.gguf", {"--seed", "7"}); }
+inline std::string small_model() { return synth_model("small", {"--seed", "7"}); }
 
-// A model slow enough (a few ms per token here, ~10x that under TSan) that a
-// long request outlasts every condition check a test makes while it runs.
-// Nothing measures its speed: it only keeps generation going.
+// A model slow enough (a few ms per token here; under TSan, whose slowdown
+// does most of the work, a smaller one) that a long request outlasts every
+// check a test makes while it runs. Nothing measures its speed: it only keeps
+// generation going.
 inline std::string slow_model() {
-  return synth_model("slow.gguf", {"--dim", "768", "--layers", "12", "--heads", "12", "--ffn",
-                                   "2048", "--vocab", "4096", "--context", "4096"});
+  if (kUnderTsan)
+    return synth_model("slow", {"--dim", "512", "--layers", "8", "--ffn", "1408", "--vocab", "4096",
+                                "--context", "4096"});
+  return synth_model("slow", {"--dim", "768", "--layers", "12", "--heads", "12", "--ffn", "2048",
+                              "--vocab", "4096", "--context", "4096"});
 }
 
 // Starts a server, failing the test (fatal) when it does not come up.

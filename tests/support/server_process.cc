@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <spawn.h>
+#include <sys/prctl.h>
 #include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -12,6 +13,7 @@
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -147,28 +149,56 @@ bool ServerProcess::start(const std::string& binary, const std::vector<std::stri
     return false;
   }
   stderr_path_ = dir_ + "/stderr.log";
+  if (::access(binary.c_str(), X_OK) != 0) {
+    error_ = "cannot execute " + binary + ": " + std::strerror(errno);
+    return false;
+  }
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) {
     error_ = std::string("pipe2: ") + std::strerror(errno);
     return false;
   }
-  posix_spawn_file_actions_t fa;
-  posix_spawn_file_actions_init(&fa);
-  posix_spawn_file_actions_addopen(&fa, 0, "/dev/null", O_RDONLY, 0);
-  posix_spawn_file_actions_adddup2(&fa, fds[1], 1);  // dup2 clears O_CLOEXEC on fd 1
-  posix_spawn_file_actions_addopen(&fa, 2, stderr_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC,
-                                   0644);
+  // Everything the child needs is made before fork(): after it, the child of
+  // this multi-threaded process only makes raw system calls (no allocation,
+  // no locks, no sanitizer interceptors) until execve.
+  const int in_fd = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  const int err_fd = ::open(stderr_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (in_fd < 0 || err_fd < 0) {
+    error_ = "cannot open /dev/null or " + stderr_path_ + ": " + std::strerror(errno);
+    for (int fd : {in_fd, err_fd, fds[0], fds[1]})
+      if (fd >= 0) ::close(fd);
+    return false;
+  }
   std::vector<std::string> storage = {binary};
   storage.insert(storage.end(), args.begin(), args.end());
   std::vector<char*> argv = make_argv(storage);
-  SpawnAttr attr;
-  pid_t pid = 0;
-  const int rc = posix_spawn(&pid, binary.c_str(), &fa, &attr.attr, argv.data(), environ);
-  posix_spawn_file_actions_destroy(&fa);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    // The child dies with the test: SIGKILL when the thread that forked it
+    // (the test's main thread) exits, even if the test process crashes.
+    ::syscall(SYS_prctl, PR_SET_PDEATHSIG, SIGKILL, 0, 0, 0);
+    if (::syscall(SYS_getppid) != parent) ::syscall(SYS_exit_group, 127);
+    std::uint64_t none = 0;  // the kernel's sigset: nothing blocked
+    ::syscall(SYS_rt_sigprocmask, SIG_SETMASK, &none, nullptr, sizeof none);
+    const int from[3] = {in_fd, fds[1], err_fd};
+    for (int target = 0; target < 3; ++target) {
+      if (from[target] == target) {
+        ::syscall(SYS_fcntl, target, F_SETFD, 0);  // keep it open across execve
+      } else if (::syscall(SYS_dup3, from[target], target, 0) < 0) {
+        ::syscall(SYS_exit_group, 127);
+      }
+    }
+    ::syscall(SYS_execve, storage[0].c_str(), argv.data(), environ);
+    ::syscall(SYS_exit_group, 127);  // exec failed
+  }
+  const int fork_errno = errno;
+  ::close(in_fd);
+  ::close(err_fd);
   ::close(fds[1]);
-  if (rc != 0) {
+  if (pid < 0) {
     ::close(fds[0]);
-    error_ = "cannot start " + binary + ": " + std::strerror(rc);
+    error_ = std::string("fork: ") + std::strerror(fork_errno);
     return false;
   }
   pid_ = pid;

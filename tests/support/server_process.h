@@ -10,8 +10,13 @@
 // stdout is a pipe: start() waits (poll() with a timeout, no sleeps) for the
 // line "hearth-server ready grpc=HOST:PORT metrics=HOST:PORT|off" and parses
 // it. stderr goes to a temporary file, quoted by describe() in failure
-// messages. The child gets an empty signal mask and default signal
-// dispositions, and inherits the environment (TSAN_OPTIONS and friends).
+// messages; stdin is /dev/null. The child (fork + execve) starts with no
+// signal blocked and inherits the environment (TSAN_OPTIONS and friends).
+//
+// The child gets SIGKILL when the thread that started it exits
+// (PR_SET_PDEATHSIG), so a test process that crashes or is killed by ctest's
+// timeout leaves no server behind. Hence: call start() from the thread that
+// outlives the object (the test's own thread, or SetUpTestSuite's).
 //
 // Sanitizers: when the child's stderr holds a sanitizer report (ThreadSanitizer
 // warning, AddressSanitizer/LeakSanitizer error, UBSan runtime error), the

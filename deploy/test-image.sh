@@ -17,10 +17,11 @@
 # Every wait has a timeout; a trap removes the containers and the images this run
 # created (base image, build stages, the tested image) unless --keep is given.
 #
-#   deploy/test-image.sh [--keep] [--no-tests] [--jobs N]
+#   deploy/test-image.sh [--keep] [--no-tests] [--jobs N] [--image REF]
 #     --keep       keep the images (and the build cache) for a faster next run
 #     --no-tests   skip ctest in the build stage (RUN_TESTS=0)
 #     --jobs N     compile jobs in the build stage (default 2)
+#     --image REF  skip steps 1-2 and check an existing image (it is left in place)
 # Environment: HEARTH_SHARED_DIR (models for step 8; default ../shared),
 #   HEARTH_IMAGE_BUILD_TIMEOUT (seconds, default 5400).
 #
@@ -31,19 +32,21 @@ set -euo pipefail
 SRC=$(cd "$(dirname "$0")/.." && pwd)
 KEEP=0
 RUN_TESTS=1
+GIVEN_IMAGE=
 JOBS=2
 while [ $# -gt 0 ]; do
   case "$1" in
     --keep) KEEP=1 ;;
     --no-tests) RUN_TESTS=0 ;;
     --jobs) JOBS=$2; shift ;;
+    --image) GIVEN_IMAGE=$2; shift ;;
     -h|--help) awk 'NR > 1 && !/^#/ { exit } NR > 1 { sub(/^# ?/, ""); print }' "$0"; exit 0 ;;
     *) echo "test-image.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
   esac
   shift
 done
 
-IMAGE=localhost/hearth:test-image-$$
+IMAGE=${GIVEN_IMAGE:-localhost/hearth:test-image-$$}
 BASE=debian:bookworm
 NAME=hearth-test-$$
 MODELS_NAME=hearth-test-models-$$
@@ -116,20 +119,26 @@ say "podman $(podman version --format '{{.Client.Version}}'), source $SRC"
 IMAGES_BEFORE=$(podman images -a -q --no-trunc | sort -u)
 IMAGES_RECORDED=1
 
-# ---- 1. base image ----------------------------------------------------------------
-t=$(date +%s)
-if podman image exists "$BASE"; then
-  say "base image $BASE exists: reusing it"
-  step_done "1. base image $BASE (existing)" "$t"
+tests_line=""
+if [ -n "$GIVEN_IMAGE" ]; then
+  podman image exists "$IMAGE" || die "no image $IMAGE"
+  say "--image: checking the existing image $IMAGE (no build)"
+  SUMMARY+=("1.-2. base image and build: skipped (--image)")
 else
-  mirror=$(sed -n 's/^URIs: *\(http[^ ]*debian\)\/\{0,1\}$/\1/p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -1)
-  mirror=${mirror:-http://deb.debian.org/debian}
-  say "making $BASE with debootstrap --variant=minbase from $mirror (about 1-2 minutes)"
-  timeout 900 nice -n 19 debootstrap --variant=minbase bookworm "$WORK/rootfs" "$mirror" >"$WORK/debootstrap.log" 2>&1 ||
-    { tail -20 "$WORK/debootstrap.log"; die "debootstrap failed"; }
-  # The sources of the official image: the release, its updates and security fixes.
-  rm -f "$WORK/rootfs/etc/apt/sources.list"
-  cat >"$WORK/rootfs/etc/apt/sources.list.d/debian.sources" <<EOF
+  # ---- 1. base image ----------------------------------------------------------------
+  t=$(date +%s)
+  if podman image exists "$BASE"; then
+    say "base image $BASE exists: reusing it"
+    step_done "1. base image $BASE (existing)" "$t"
+  else
+    mirror=$(sed -n 's/^URIs: *\(http[^ ]*debian\)\/\{0,1\}$/\1/p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -1)
+    mirror=${mirror:-http://deb.debian.org/debian}
+    say "making $BASE with debootstrap --variant=minbase from $mirror (about 1-2 minutes)"
+    timeout 900 nice -n 19 debootstrap --variant=minbase bookworm "$WORK/rootfs" "$mirror" >"$WORK/debootstrap.log" 2>&1 ||
+      { tail -20 "$WORK/debootstrap.log"; die "debootstrap failed"; }
+    # The sources of the official image: the release, its updates and security fixes.
+    rm -f "$WORK/rootfs/etc/apt/sources.list"
+    cat >"$WORK/rootfs/etc/apt/sources.list.d/debian.sources" <<EOF
 Types: deb
 URIs: $mirror
 Suites: bookworm bookworm-updates
@@ -142,31 +151,33 @@ Suites: bookworm-security
 Components: main
 Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
 EOF
-  rm -rf "$WORK"/rootfs/var/lib/apt/lists/* "$WORK"/rootfs/var/cache/apt/archives/*.deb
-  tar -C "$WORK/rootfs" -c . | timeout 300 podman import - "$BASE" >/dev/null 2>"$WORK/import.log" ||
-    { cat "$WORK/import.log"; die "podman import failed"; }
-  rm -rf "$WORK/rootfs"
-  step_done "1. base image $BASE (debootstrap + import)" "$t"
-fi
+    rm -rf "$WORK"/rootfs/var/lib/apt/lists/* "$WORK"/rootfs/var/cache/apt/archives/*.deb
+    tar -C "$WORK/rootfs" -c . | timeout 300 podman import - "$BASE" >/dev/null 2>"$WORK/import.log" ||
+      { cat "$WORK/import.log"; die "podman import failed"; }
+    rm -rf "$WORK/rootfs"
+    step_done "1. base image $BASE (debootstrap + import)" "$t"
+  fi
 
-# ---- 2. build ---------------------------------------------------------------------
-t=$(date +%s)
-say "building $IMAGE at nice 19 (--jobs $JOBS, tests $([ $RUN_TESTS = 1 ] && echo on || echo off)); log: $WORK/build.log"
-if ! timeout "$BUILD_TIMEOUT" nice -n 19 podman build --pull=never --format docker "${RUNTIME_FLAGS[@]}" \
-    --layers="$([ $KEEP = 1 ] && echo true || echo false)" \
-    --build-arg BUILD_BASE="$BASE" --build-arg RUNTIME_BASE="$BASE" \
-    --build-arg JOBS="$JOBS" --build-arg RUN_TESTS="$RUN_TESTS" \
-    -t "$IMAGE" -f "$SRC/Dockerfile" "$SRC" >"$WORK/build.log" 2>&1; then
-  tail -40 "$WORK/build.log"
-  grep -A40 "The following tests FAILED" "$WORK/build.log" | grep -E "^\s+[0-9]+ - " || true
-  keep_log=${TMPDIR:-/tmp}/hearth-test-image-$$.build.log
-  cp "$WORK/build.log" "$keep_log"
-  die "podman build failed or timed out (${BUILD_TIMEOUT}s); full log: $keep_log"
+  # ---- 2. build ---------------------------------------------------------------------
+  t=$(date +%s)
+  say "building $IMAGE at nice 19 (--jobs $JOBS, tests $([ $RUN_TESTS = 1 ] && echo on || echo off)); log: $WORK/build.log"
+  if ! timeout "$BUILD_TIMEOUT" nice -n 19 podman build --pull=never --format docker "${RUNTIME_FLAGS[@]}" \
+      --layers="$([ $KEEP = 1 ] && echo true || echo false)" \
+      --build-arg BUILD_BASE="$BASE" --build-arg RUNTIME_BASE="$BASE" \
+      --build-arg JOBS="$JOBS" --build-arg RUN_TESTS="$RUN_TESTS" \
+      -t "$IMAGE" -f "$SRC/Dockerfile" "$SRC" >"$WORK/build.log" 2>&1; then
+    tail -40 "$WORK/build.log"
+    grep -A40 "The following tests FAILED" "$WORK/build.log" | grep -E "^\s+[0-9]+ - " || true
+    keep_log=${TMPDIR:-/tmp}/hearth-test-image-$$.build.log
+    cp "$WORK/build.log" "$keep_log"
+    die "podman build failed or timed out (${BUILD_TIMEOUT}s); full log: $keep_log"
+  fi
+  tests_line=$(grep -E "tests passed, [0-9]+ tests failed out of" "$WORK/build.log" | tail -1 || true)
+  [ $RUN_TESTS = 0 ] || [ -n "$tests_line" ] || die "no ctest summary in the build log"
+  step_done "2. podman build ($([ $RUN_TESTS = 1 ] && echo "compile + ctest" || echo "compile, no tests") in the build stage)" "$t"
+  [ -z "$tests_line" ] || say "build-stage ctest: $tests_line"
+
 fi
-tests_line=$(grep -E "tests passed, [0-9]+ tests failed out of" "$WORK/build.log" | tail -1 || true)
-[ $RUN_TESTS = 0 ] || [ -n "$tests_line" ] || die "no ctest summary in the build log"
-step_done "2. podman build ($([ $RUN_TESTS = 1 ] && echo "compile + ctest" || echo "compile, no tests") in the build stage)" "$t"
-[ -z "$tests_line" ] || say "build-stage ctest: $tests_line"
 
 # ---- 3. metadata ------------------------------------------------------------------
 t=$(date +%s)

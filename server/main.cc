@@ -41,6 +41,8 @@ Network:
   --max-message-bytes N     largest request or response (default 4194304)
   --keepalive-time-s S      ping an idle connection after S seconds (default 60)
   --keepalive-timeout-s S   drop it if the ping is unanswered after S seconds (default 20)
+  --max-connection-age-s S  close connections after S seconds (in-flight calls finish), so
+                            clients re-resolve and reach new replicas (default 0: never)
   --tls-cert FILE --tls-key FILE   serve TLS with this PEM certificate chain and key
   --auth-token TOKEN        require "authorization: Bearer TOKEN" on hearth.v1 calls
   --auth-token-file FILE    the same, the token read from FILE (trailing newline ignored)
@@ -71,10 +73,26 @@ int main(int argc, char** argv) {
 
   spdlog::set_default_logger(spdlog::stderr_color_mt("hearth"));
   tools::Flags flags("hearth-server",
-                     {"model", "config", "instances", "queue", "context", "kv-cache", "listen",
-                      "metrics-listen", "max-message-bytes", "keepalive-time-s",
-                      "keepalive-timeout-s", "tls-cert", "tls-key", "auth-token", "auth-token-file",
-                      "worker-threads", "kernel-threads", "max-tokens-limit", "grace-period-s"},
+                     {"model",
+                      "config",
+                      "instances",
+                      "queue",
+                      "context",
+                      "kv-cache",
+                      "listen",
+                      "metrics-listen",
+                      "max-message-bytes",
+                      "keepalive-time-s",
+                      "keepalive-timeout-s",
+                      "max-connection-age-s",
+                      "tls-cert",
+                      "tls-key",
+                      "auth-token",
+                      "auth-token-file",
+                      "worker-threads",
+                      "kernel-threads",
+                      "max-tokens-limit",
+                      "grace-period-s"},
                      {"help", "keep-going"});
   if (!flags.parse(argc, argv)) return usage_error(flags.error());
   if (flags.get_bool("help").value_or(false)) {
@@ -153,6 +171,11 @@ int main(int argc, char** argv) {
   if (flags.has("keepalive-timeout-s")) {
     if (!flags.get_int("keepalive-timeout-s", 1, 3600, &v)) return usage_error(flags.error());
     options.keepalive_timeout_s = static_cast<int>(v);
+  }
+  if (flags.has("max-connection-age-s")) {
+    if (!flags.get_int("max-connection-age-s", 0, 86400 * 365, &v))
+      return usage_error(flags.error());
+    options.max_connection_age_s = static_cast<int>(v);
   }
   if (flags.has("worker-threads")) {
     if (!flags.get_int("worker-threads", 2, 4096, &v)) return usage_error(flags.error());

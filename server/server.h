@@ -35,6 +35,10 @@ struct ServerOptions {
   std::size_t max_message_bytes = 4 << 20;
   int keepalive_time_s = 60;
   int keepalive_timeout_s = 20;
+  // Close a connection (gracefully: calls in flight finish) after this many
+  // seconds, so long-lived clients re-resolve and spread over new replicas;
+  // 0: never.
+  int max_connection_age_s = 0;
   std::string tls_cert_file, tls_key_file;  // both or neither
   ServiceOptions service;
   double grace_period_s = 10;

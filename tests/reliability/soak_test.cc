@@ -186,8 +186,15 @@ TEST_F(SoakTest, MixedLoadKeepsMemoryFlatAndTheServerHealthy) {
             << ", growth " << growth * 100 << "%" << std::endl;
   RecordProperty("rss_first_quarter_bytes", std::to_string(quarters.front().rss));
   RecordProperty("rss_last_quarter_bytes", std::to_string(quarters.back().rss));
+#if defined(HEARTH_SANITIZER_ADDRESS) || defined(HEARTH_SANITIZER_THREAD)
+  // A sanitizer's allocator holds freed memory back (ASan's quarantine grows
+  // to 256 MB), so resident memory says nothing about hearth here; the
+  // Release run of this test checks it.
+  std::cout << "[soak] resident memory not checked under a sanitizer (quarantine)" << std::endl;
+#else
   EXPECT_LT(growth, 0.05) << "resident memory grew from " << mb(first)
                           << " after the first quarter to " << mb(last) << " after the last";
+#endif
 
   // Temp allocator: cache hits over the measured quarters.
   const double lookups = quarters.back().lookups - after_warmup.lookups;

@@ -26,6 +26,7 @@
 #include <vector>
 
 #include "tests/server/test_util.h"
+#include "tools/client/connection.h"
 
 namespace hearth::testing {
 
@@ -230,25 +231,7 @@ inline grpc::Status raw_generate(const std::shared_ptr<grpc::Channel>& ch,
 }
 
 inline std::string code_name(grpc::StatusCode code) {
-  static const char* const kNames[] = {"OK",
-                                       "CANCELLED",
-                                       "UNKNOWN",
-                                       "INVALID_ARGUMENT",
-                                       "DEADLINE_EXCEEDED",
-                                       "NOT_FOUND",
-                                       "ALREADY_EXISTS",
-                                       "PERMISSION_DENIED",
-                                       "RESOURCE_EXHAUSTED",
-                                       "FAILED_PRECONDITION",
-                                       "ABORTED",
-                                       "OUT_OF_RANGE",
-                                       "UNIMPLEMENTED",
-                                       "INTERNAL",
-                                       "UNAVAILABLE",
-                                       "DATA_LOSS",
-                                       "UNAUTHENTICATED"};
-  const int c = static_cast<int>(code);
-  return c >= 0 && c <= 16 ? kNames[c] : "code " + std::to_string(c);
+  return client::status_code_name(static_cast<int>(code));
 }
 
 inline std::string describe_status(const grpc::Status& s) {

@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/unicode.h"
 #include "tests/server/test_util.h"
 
 namespace hearth::testing {
@@ -78,23 +79,6 @@ class JsonReader {
     pos_ += 4;
     return true;
   }
-  static void utf8(std::string& out, std::uint32_t cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
   bool string(std::string* out) {
     if (!eat('"')) return false;
     while (pos_ < s_.size()) {
@@ -118,7 +102,7 @@ class JsonReader {
           if (!hex4(&lo)) return false;
           cp = 0x10000 + ((cp - 0xD800) << 10) + (lo - 0xDC00);
         }
-        utf8(*out, cp);
+        engine::append_utf8(*out, static_cast<char32_t>(cp));
       } else {
         return false;
       }
@@ -184,9 +168,10 @@ std::string float_arg(float f) {
 // The hearth-generate flags that ask for what `req` asks.
 std::vector<std::string> engine_flags(const v1::GenerateRequest& req) {
   const v1::SamplingParams& s = req.sampling();
-  std::vector<std::string> f = {"--prompt", req.prompt(), "--max-tokens",
-                                std::to_string(req.max_tokens()), "--context",
-                                std::to_string(kContext), "--json"};
+  std::vector<std::string> f = {"--prompt",     req.prompt(),
+                                "--max-tokens", std::to_string(req.max_tokens()),
+                                "--context",    std::to_string(kContext),
+                                "--json"};
   auto add = [&](const char* flag, const std::string& v) {
     f.push_back(flag);
     f.push_back(v);
@@ -301,9 +286,9 @@ class ServerGenerationTest : public ::testing::Test {
       EXPECT_EQ(d.usage().prompt_tokens(), engine.prompt_tokens);
       EXPECT_EQ(d.usage().generated_tokens(), engine.generated_tokens);
       if (req.echo_prompt_ids()) {
-        EXPECT_EQ(std::vector<std::int32_t>(d.usage().prompt_ids().begin(),
-                                            d.usage().prompt_ids().end()),
-                  engine.prompt_ids);
+        EXPECT_EQ(
+            std::vector<std::int32_t>(d.usage().prompt_ids().begin(), d.usage().prompt_ids().end()),
+            engine.prompt_ids);
       } else {
         EXPECT_EQ(d.usage().prompt_ids_size(), 0) << "prompt_ids without echo_prompt_ids";
       }
@@ -323,10 +308,10 @@ class ServerGenerationTest : public ::testing::Test {
     EXPECT_EQ(c.done().finish_reason(), d.finish_reason());
     EXPECT_EQ(c.done().usage().prompt_tokens(), d.usage().prompt_tokens());
     EXPECT_EQ(c.done().usage().generated_tokens(), d.usage().generated_tokens());
-    EXPECT_EQ(std::vector<std::int32_t>(c.done().usage().prompt_ids().begin(),
-                                        c.done().usage().prompt_ids().end()),
-              std::vector<std::int32_t>(d.usage().prompt_ids().begin(),
-                                        d.usage().prompt_ids().end()));
+    EXPECT_EQ(
+        std::vector<std::int32_t>(c.done().usage().prompt_ids().begin(),
+                                  c.done().usage().prompt_ids().end()),
+        std::vector<std::int32_t>(d.usage().prompt_ids().begin(), d.usage().prompt_ids().end()));
   }
 
   static std::string* model_path_;

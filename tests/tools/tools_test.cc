@@ -21,6 +21,7 @@
 #include <vector>
 
 #include "engine/gguf.h"
+#include "engine/unicode.h"
 #include "tests/support/shared_data.h"
 
 extern char** environ;
@@ -89,23 +90,6 @@ class JsonParser {
     pos_ += w.size();
     return true;
   }
-  static void append_utf8(std::string& out, std::uint32_t cp) {
-    if (cp < 0x80) {
-      out += static_cast<char>(cp);
-    } else if (cp < 0x800) {
-      out += static_cast<char>(0xC0 | (cp >> 6));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else if (cp < 0x10000) {
-      out += static_cast<char>(0xE0 | (cp >> 12));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    } else {
-      out += static_cast<char>(0xF0 | (cp >> 18));
-      out += static_cast<char>(0x80 | ((cp >> 12) & 0x3F));
-      out += static_cast<char>(0x80 | ((cp >> 6) & 0x3F));
-      out += static_cast<char>(0x80 | (cp & 0x3F));
-    }
-  }
   bool hex4(std::uint32_t* out) {
     if (pos_ + 4 > s_.size()) return false;
     std::uint32_t v = 0;
@@ -169,7 +153,7 @@ class JsonParser {
           } else if (cp >= 0xDC00 && cp < 0xE000) {
             return false;
           }
-          append_utf8(*out, cp);
+          engine::append_utf8(*out, static_cast<char32_t>(cp));
           break;
         }
         default:

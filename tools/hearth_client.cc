@@ -112,6 +112,7 @@ fault mix (each request independently, chosen from --mix-seed):
   --cancel-fraction F     cancel after the first piece (CANCELLED counted as expected)
   --deadline-fraction F   use a deadline of --short-deadline-ms D (default 50);
                           DEADLINE_EXCEEDED counted as expected
+  --short-deadline-max-tokens K  max tokens of those requests (default --max-tokens)
   --long-prompt-fraction F  use a prompt of about --long-prompt-tokens N (default 512)
   --mix-seed S            seed of these choices (default 1)
 
@@ -468,12 +469,12 @@ int cmd_bench(int argc, char** argv) {
       make_flags(tool,
                  {"model", "concurrency", "requests", "warmup", "prompt", "prompt-tokens",
                   "max-tokens", "temperature", "seed", "cancel-fraction", "deadline-fraction",
-                  "short-deadline-ms", "long-prompt-fraction", "long-prompt-tokens", "mix-seed"},
+                  "short-deadline-ms", "short-deadline-max-tokens", "long-prompt-fraction", "long-prompt-tokens", "mix-seed"},
                  {"json", "quiet", "ignore-eos"});
   if (auto rc = parse_flags(flags, tool, kBenchUsage, argc, argv)) return *rc;
   hearth::client::BenchOptions o;
   std::int64_t concurrency = 1, requests = 10, warmup = 0, prompt_tokens = 0, max_tokens = 64,
-               seed = 0, long_tokens = 512, mix_seed = 1;
+               seed = 0, long_tokens = 512, mix_seed = 1, short_max_tokens = 0;
   double temperature = 0, cancel = 0, deadline = 0, short_ms = 50, long_fraction = 0;
   const bool ok = flags.get_int("concurrency", 1, 4096, &concurrency) &&
                   flags.get_int("requests", 1, 100000000, &requests) &&
@@ -481,6 +482,7 @@ int cmd_bench(int argc, char** argv) {
                   flags.get_int("prompt-tokens", 1, 1 << 20, &prompt_tokens) &&
                   flags.get_int("max-tokens", 1, 1 << 20, &max_tokens) &&
                   flags.get_int("seed", 0, INT64_MAX, &seed) &&
+                  flags.get_int("short-deadline-max-tokens", 1, 1 << 20, &short_max_tokens) &&
                   flags.get_int("long-prompt-tokens", 1, 1 << 20, &long_tokens) &&
                   flags.get_int("mix-seed", 0, INT64_MAX, &mix_seed) &&
                   flags.get_float("temperature", 0, 100, &temperature) &&
@@ -507,6 +509,7 @@ int cmd_bench(int argc, char** argv) {
   o.cancel_fraction = cancel;
   o.deadline_fraction = deadline;
   o.short_deadline_ms = short_ms;
+  o.short_deadline_max_tokens = static_cast<std::uint32_t>(short_max_tokens);
   o.long_prompt_fraction = long_fraction;
   o.ignore_eos = flags.get_bool("ignore-eos").value_or(true);
   o.progress = !flags.get_bool("quiet").value_or(false) && isatty(STDERR_FILENO) == 1;

@@ -44,7 +44,9 @@ RequestOutcome run_one(v1::Inference::Stub& stub, const ConnectionOptions& conne
   v1::GenerateRequest request;
   request.set_model(o.model);
   request.set_prompt(plan.long_prompt ? long_prompt : prompt);
-  request.set_max_tokens(o.max_tokens);
+  request.set_max_tokens(plan.short_deadline && o.short_deadline_max_tokens > 0
+                             ? o.short_deadline_max_tokens
+                             : o.max_tokens);
   request.mutable_sampling()->set_temperature(static_cast<float>(o.temperature));
   request.mutable_sampling()->set_seed(o.seed);
   request.set_ignore_eos(o.ignore_eos);

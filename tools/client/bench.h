@@ -43,6 +43,10 @@ struct BenchOptions {
   double cancel_fraction = 0;
   double deadline_fraction = 0;
   double short_deadline_ms = 50;
+  // The max_tokens of a short-deadline request (0: `max_tokens`). A request
+  // asked for more tokens than the deadline leaves time for ends in
+  // DEADLINE_EXCEEDED whatever the machine's speed, not only when it queues.
+  std::uint32_t short_deadline_max_tokens = 0;
   double long_prompt_fraction = 0;
   std::size_t long_prompt_tokens = 512;
   std::uint64_t mix_seed = 1;

@@ -3,6 +3,7 @@
 #include <chrono>
 #include <cmath>
 #include <functional>
+#include <optional>
 
 #include "engine/generation.h"
 #include "engine/str_cat.h"
@@ -169,10 +170,24 @@ grpc::Status InferenceService::run(grpc::ServerContext* context,
   record.queue_s = seconds_between(arrival, started);
   if (!lease.ok()) return finish(to_grpc(lease.status()));
 
+  // Generate: the pieces go out through a PieceWriter's thread.
+  std::optional<PieceWriterPool::Borrowed> piece_writer;
+  if (writer != nullptr) {
+    piece_writer.emplace(writers_.take());
+    hearth::v1::GenerateResponse piece_msg;  // reused: keeps its text's capacity
+    (*piece_writer)
+        ->begin([writer, piece_msg](std::string_view text, std::int32_t token, bool more) mutable {
+          hearth::v1::Piece* piece = piece_msg.mutable_piece();
+          piece->set_text(text.data(), text.size());
+          piece->set_token_id(token);
+          grpc::WriteOptions options;
+          if (more) options.set_buffer_hint();  // the next queued piece flushes it
+          return writer->Write(piece_msg, options);
+        });
+  }
   bool write_failed = false;
   Clock::time_point last_token = arrival;
   std::size_t tokens = 0;
-  hearth::v1::GenerateResponse piece_msg;
   auto on_token = [&](std::string_view text, std::int32_t token) {
     if (token >= 0) {
       const Clock::time_point now = Clock::now();
@@ -191,18 +206,17 @@ grpc::Status InferenceService::run(grpc::ServerContext* context,
       if (token >= 0) complete->add_token_ids(token);
       return;
     }
-    if (write_failed) return;
-    hearth::v1::Piece* piece = piece_msg.mutable_piece();
-    piece->set_text(text.data(), text.size());
-    piece->set_token_id(token);
-    if (!writer->Write(piece_msg)) write_failed = true;
+    if (!write_failed && !(*piece_writer)->push(text, token)) write_failed = true;
   };
   auto cancelled = [&] {
-    return write_failed || aborted_.load(std::memory_order_acquire) || context->IsCancelled() ||
+    return write_failed || (piece_writer && (*piece_writer)->failed()) ||
+           aborted_.load(std::memory_order_acquire) || context->IsCancelled() ||
            Clock::now() >= deadline;
   };
   absl::StatusOr<engine::GenerationResult> result =
       engine::generate(lease->module(), pool.tokenizer(), greq, on_token, cancelled);
+  // Every piece is out (or the stream is gone) before the status or Done.
+  if (piece_writer && !(*piece_writer)->finish()) write_failed = true;
   const std::size_t instance = lease->index();
   if (!result.ok()) return finish(to_grpc(result.status()));
   record.generated_tokens = result->generated_ids.size();

@@ -6,7 +6,9 @@
 // the model's bounded queue), and runs engine::generate on that same worker
 // thread: the generation takes a lease on the thread's caching temp
 // allocator, which is reset after every step and when the generation ends.
-// Kernel work fans out to the process's kernel thread pool.
+// Kernel work fans out to the process's kernel thread pool. The stream's
+// pieces are written by a PieceWriter's thread (server/piece_writer.h), so
+// the decode loop does not wait for each Write.
 //
 // Cancellation is checked before every decode step and between prefill
 // chunks: client cancellation or disconnect, the call's deadline, a failed
@@ -24,6 +26,7 @@
 
 #include "hearth/v1/inference.grpc.pb.h"
 #include "server/model_registry.h"
+#include "server/piece_writer.h"
 #include "server/request_observer.h"
 
 namespace hearth::server {
@@ -86,6 +89,7 @@ class InferenceService final : public hearth::v1::Inference::Service {
   const ServiceOptions options_;
   RequestObserver* observer_;  // may be nullptr; outlives the service
   std::atomic<bool> aborted_{false};
+  PieceWriterPool writers_;  // Generate streams' writer threads
 };
 
 // Fills `info` from the registry entry (and its pool's live counters).

@@ -465,12 +465,12 @@ int cmd_health(int argc, char** argv) {
 
 int cmd_bench(int argc, char** argv) {
   const std::string tool = "hearth bench";
-  Flags flags =
-      make_flags(tool,
-                 {"model", "concurrency", "requests", "warmup", "prompt", "prompt-tokens",
-                  "max-tokens", "temperature", "seed", "cancel-fraction", "deadline-fraction",
-                  "short-deadline-ms", "short-deadline-max-tokens", "long-prompt-fraction", "long-prompt-tokens", "mix-seed"},
-                 {"json", "quiet", "ignore-eos"});
+  Flags flags = make_flags(
+      tool,
+      {"model", "concurrency", "requests", "warmup", "prompt", "prompt-tokens", "max-tokens",
+       "temperature", "seed", "cancel-fraction", "deadline-fraction", "short-deadline-ms",
+       "short-deadline-max-tokens", "long-prompt-fraction", "long-prompt-tokens", "mix-seed"},
+      {"json", "quiet", "ignore-eos"});
   if (auto rc = parse_flags(flags, tool, kBenchUsage, argc, argv)) return *rc;
   hearth::client::BenchOptions o;
   std::int64_t concurrency = 1, requests = 10, warmup = 0, prompt_tokens = 0, max_tokens = 64,

@@ -1,0 +1,210 @@
+// PieceWriter in-process: order, the `more` hint, back-pressure, a failed
+// write releasing the producer, reuse for the next stream, the pool, and no
+// heap allocation per piece once warm. Orderings are forced with a gate the
+// sink waits on, never with sleeps.
+#include "server/piece_writer.h"
+
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <condition_variable>
+#include <mutex>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "tests/support/heap_counter.h"
+
+namespace hearth::server {
+namespace {
+
+// Blocks the sink until opened; records what it was given, in order.
+class GatedSink {
+ public:
+  struct Write {
+    std::string text;
+    std::int32_t token;
+    bool more;
+  };
+
+  PieceWriter::Sink sink(int fail_at = -1) {
+    return [this, fail_at](std::string_view text, std::int32_t token, bool more) {
+      std::unique_lock<std::mutex> lock(mu_);
+      entered_ = true;
+      changed_.notify_all();
+      changed_.wait(lock, [&] { return open_; });
+      writes_.push_back({std::string(text), token, more});
+      events_.push_back("write " + std::to_string(token));
+      return static_cast<int>(writes_.size()) - 1 != fail_at;
+    };
+  }
+  // Waits until the writer's thread is inside the sink.
+  void wait_entered() {
+    std::unique_lock<std::mutex> lock(mu_);
+    changed_.wait(lock, [&] { return entered_; });
+  }
+  void open() {
+    std::lock_guard<std::mutex> lock(mu_);
+    open_ = true;
+    changed_.notify_all();
+  }
+  void event(std::string e) {
+    std::lock_guard<std::mutex> lock(mu_);
+    events_.push_back(std::move(e));
+  }
+  std::vector<Write> writes() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return writes_;
+  }
+  std::vector<std::string> events() {
+    std::lock_guard<std::mutex> lock(mu_);
+    return events_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable changed_;
+  bool entered_ = false, open_ = false;
+  std::vector<Write> writes_;
+  std::vector<std::string> events_;
+};
+
+TEST(PieceWriterTest, WritesInOrderAndHintsWhenMoreAreQueued) {
+  PieceWriter writer;
+  GatedSink gate;
+  writer.begin(gate.sink());
+  ASSERT_TRUE(writer.push("Once", 0));
+  gate.wait_entered();  // piece 0 is being written, alone in the queue
+  ASSERT_TRUE(writer.push(" upon", 1));
+  ASSERT_TRUE(writer.push(" a", 2));
+  ASSERT_TRUE(writer.push("", -1));  // a final flush piece carries no token
+  gate.open();
+  EXPECT_TRUE(writer.finish());
+  const auto w = gate.writes();
+  ASSERT_EQ(w.size(), 4u);
+  EXPECT_EQ(w[0].text, "Once");
+  EXPECT_EQ(w[1].text, " upon");
+  EXPECT_EQ(w[2].text, " a");
+  EXPECT_EQ(w[3].text, "");
+  EXPECT_EQ(w[3].token, -1);
+  // Piece 0 was alone when taken; 1 and 2 had others behind them; 3 was last.
+  EXPECT_FALSE(w[0].more);
+  EXPECT_TRUE(w[1].more);
+  EXPECT_TRUE(w[2].more);
+  EXPECT_FALSE(w[3].more);
+}
+
+TEST(PieceWriterTest, AFullQueueHoldsTheProducerUntilAWriteCompletes) {
+  PieceWriter writer;
+  GatedSink gate;
+  writer.begin(gate.sink());
+  ASSERT_TRUE(writer.push("p", 0));
+  gate.wait_entered();
+  for (std::size_t i = 1; i < PieceWriter::kCapacity; ++i)
+    ASSERT_TRUE(writer.push("p", static_cast<std::int32_t>(i)));
+  // The queue is full (piece 0 is still being written): this push must wait
+  // for a slot, which only a finished write frees.
+  const auto last = static_cast<std::int32_t>(PieceWriter::kCapacity);
+  std::thread producer([&] {
+    EXPECT_TRUE(writer.push("p", last));
+    gate.event("push returned");
+  });
+  gate.open();
+  producer.join();
+  EXPECT_TRUE(writer.finish());
+  const auto events = gate.events();
+  const auto returned = std::find(events.begin(), events.end(), "push returned");
+  const auto first_write = std::find(events.begin(), events.end(), "write 0");
+  ASSERT_NE(returned, events.end());
+  ASSERT_NE(first_write, events.end());
+  EXPECT_LT(first_write, returned) << "a push into a full queue returned before any write finished";
+  const auto w = gate.writes();
+  ASSERT_EQ(w.size(), PieceWriter::kCapacity + 1);
+  for (std::size_t i = 0; i < w.size(); ++i) EXPECT_EQ(w[i].token, static_cast<std::int32_t>(i));
+}
+
+TEST(PieceWriterTest, AFailedWriteDropsTheRestAndReleasesABlockedProducer) {
+  PieceWriter writer;
+  GatedSink gate;
+  writer.begin(gate.sink(/*fail_at=*/0));
+  ASSERT_TRUE(writer.push("p", 0));
+  gate.wait_entered();
+  for (std::size_t i = 1; i < PieceWriter::kCapacity; ++i)
+    ASSERT_TRUE(writer.push("p", static_cast<std::int32_t>(i)));
+  bool pushed = true;
+  std::thread producer([&] { pushed = writer.push("p", 999); });  // waits: the queue is full
+  gate.open();                                                    // write 0 fails
+  producer.join();
+  EXPECT_FALSE(pushed) << "a push after the stream failed must report it";
+  EXPECT_TRUE(writer.failed());
+  EXPECT_FALSE(writer.push("p", 1000));
+  EXPECT_FALSE(writer.finish());
+  EXPECT_EQ(gate.writes().size(), 1u) << "pieces queued behind a failed write must be dropped";
+}
+
+TEST(PieceWriterTest, ServesTheNextStreamAfterFinish) {
+  PieceWriter writer;
+  GatedSink first, second;
+  first.open();
+  second.open();
+  writer.begin(first.sink(/*fail_at=*/0));
+  ASSERT_TRUE(writer.push("a", 1));
+  EXPECT_FALSE(writer.finish());
+  writer.begin(second.sink());
+  EXPECT_FALSE(writer.failed()) << "a new stream starts without the last one's failure";
+  ASSERT_TRUE(writer.push("b", 2));
+  ASSERT_TRUE(writer.push("c", 3));
+  EXPECT_TRUE(writer.finish());
+  ASSERT_EQ(first.writes().size(), 1u);
+  const auto w = second.writes();
+  ASSERT_EQ(w.size(), 2u);
+  EXPECT_EQ(w[0].text, "b");
+  EXPECT_EQ(w[1].text, "c");
+}
+
+TEST(PieceWriterTest, NoHeapAllocationPerPieceOnceWarm) {
+  PieceWriter writer;
+  std::size_t bytes = 0;
+  writer.begin([&bytes](std::string_view text, std::int32_t, bool) {
+    bytes += text.size();
+    return true;
+  });
+  const std::string text(40, 'x');  // longer than std::string's inline buffer
+  // Warm-up: every slot gets a string buffer of this size.
+  for (std::size_t i = 0; i < 4 * PieceWriter::kCapacity; ++i) ASSERT_TRUE(writer.push(text, 1));
+  ASSERT_TRUE(writer.finish());
+  writer.begin([&bytes](std::string_view text, std::int32_t, bool) {
+    bytes += text.size();
+    return true;
+  });
+  std::uint64_t allocations = 0;
+  {
+    testing::HeapCounter counter;
+    for (std::size_t i = 0; i < 4 * PieceWriter::kCapacity; ++i) ASSERT_TRUE(writer.push(text, 1));
+    ASSERT_TRUE(writer.finish());
+    allocations = counter.allocations();
+  }
+  EXPECT_EQ(allocations, 0u);
+  EXPECT_EQ(bytes, 8 * PieceWriter::kCapacity * text.size());
+}
+
+TEST(PieceWriterPoolTest, ReusesIdleWritersAndGrowsOnlyForConcurrentStreams) {
+  PieceWriterPool pool;
+  PieceWriter *first = nullptr, *second = nullptr;
+  {
+    PieceWriterPool::Borrowed a = pool.take();
+    PieceWriterPool::Borrowed b = pool.take();
+    first = &*a;
+    second = &*b;
+    EXPECT_NE(first, second);
+    EXPECT_EQ(pool.size(), 2u);
+  }
+  for (int i = 0; i < 3; ++i) {
+    PieceWriterPool::Borrowed c = pool.take();
+    EXPECT_TRUE(&*c == first || &*c == second) << "a new writer while two were idle";
+  }
+  EXPECT_EQ(pool.size(), 2u) << "sequential streams must reuse the idle writers";
+}
+
+}  // namespace
+}  // namespace hearth::server

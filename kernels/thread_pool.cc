@@ -11,18 +11,22 @@ namespace hearth::kernels {
 
 namespace {
 
-constexpr int kEpochShift = 40, kCountShift = 20;
+// A range word: epoch (24 bits) | front (20 bits) | back (20 bits).
+// region_: epoch (24 bits) | chunk count (20 bits).
+constexpr int kEpochShift = 40, kFrontShift = 20;
 constexpr std::uint64_t kField = (std::uint64_t{1} << 20) - 1;
-constexpr std::size_t kMaxChunks = kField;  // 20 bits of chunk count
+constexpr std::uint64_t kEpochMask = (std::uint64_t{1} << (64 - kEpochShift)) - 1;
+constexpr std::size_t kMaxChunks = kField;  // 20 bits of chunk index
 // How long an idle worker keeps looking for the next region before it
 // sleeps: decode issues regions a few to a few tens of microseconds apart.
 constexpr auto kSpinTime = std::chrono::microseconds(200);
 
-std::uint64_t pack(std::uint64_t epoch, std::uint64_t n, std::uint64_t next) {
-  return (epoch << kEpochShift) | (n << kCountShift) | next;
+std::uint64_t pack(std::uint64_t epoch, std::uint64_t front, std::uint64_t back) {
+  return (epoch << kEpochShift) | (front << kFrontShift) | back;
 }
-std::uint64_t count_of(std::uint64_t c) { return (c >> kCountShift) & kField; }
-std::uint64_t next_of(std::uint64_t c) { return c & kField; }
+std::uint64_t epoch_of(std::uint64_t w) { return w >> kEpochShift; }
+std::uint64_t front_of(std::uint64_t w) { return (w >> kFrontShift) & kField; }
+std::uint64_t back_of(std::uint64_t w) { return w & kField; }
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -36,8 +40,9 @@ ThreadPool::ThreadPool(std::size_t threads)
     : threads_(threads == 0 ? static_cast<std::size_t>(cpu_features().physical_cores) : threads) {
   if (threads_ > 1) {
     pool_ = pthreadpool_create(threads_);
+    ranges_ = std::make_unique<RangeWord[]>(threads_);
     workers_.reserve(threads_ - 1);
-    for (std::size_t i = 0; i + 1 < threads_; ++i) workers_.emplace_back([this] { worker_main(); });
+    for (std::size_t i = 1; i < threads_; ++i) workers_.emplace_back([this, i] { worker_main(i); });
   }
 }
 
@@ -54,46 +59,57 @@ ThreadPool::~ThreadPool() {
 std::size_t ThreadPool::chunk_count(std::size_t range, std::size_t grain) const noexcept {
   if (grain == 0) grain = 1;
   const std::size_t by_grain = (range + grain - 1) / grain;
-  const std::size_t by_threads = threads_ * 4;
+  const std::size_t by_threads = threads_ * kChunksPerThread;
   return by_grain < by_threads ? by_grain : by_threads;
 }
 
-void ThreadPool::run_chunks() {
-  for (;;) {
-    std::uint64_t c = claim_.load(std::memory_order_acquire);
-    if (next_of(c) >= count_of(c)) return;
-    // Read the region's task before claiming: a successful claim proves the
-    // region (and so these values) did not change in between.
-    const Task task = task_.load(std::memory_order_relaxed);
-    void* const context = context_.load(std::memory_order_relaxed);
-    if (!claim_.compare_exchange_weak(c, c + 1, std::memory_order_acq_rel,
+void ThreadPool::run_chunks(std::size_t self) {
+  const std::uint64_t epoch = epoch_of(region_.load(std::memory_order_acquire));
+  // Read the region's task first: a successful claim (the range word still
+  // carries this epoch) proves the region, and so these values, unchanged.
+  const Task task = task_.load(std::memory_order_relaxed);
+  void* const context = context_.load(std::memory_order_relaxed);
+  for (std::size_t k = 0; k < threads_; ++k) {
+    const std::size_t r = (self + k) % threads_;
+    std::atomic<std::uint64_t>& word = ranges_[r].word;
+    const bool own = k == 0;
+    std::uint64_t w = word.load(std::memory_order_acquire);
+    while (epoch_of(w) == epoch && front_of(w) < back_of(w)) {
+      // The owner walks its range forwards; others take from its back.
+      const std::uint64_t claimed = own ? w + (std::uint64_t{1} << kFrontShift) : w - 1;
+      if (!word.compare_exchange_weak(w, claimed, std::memory_order_acq_rel,
                                       std::memory_order_acquire))
-      continue;
-    task(context, static_cast<std::size_t>(next_of(c)));
-    done_.fetch_add(1, std::memory_order_release);
+        continue;
+      task(context, static_cast<std::size_t>(own ? front_of(w) : back_of(w) - 1));
+      done_.fetch_add(1, std::memory_order_release);
+      w = word.load(std::memory_order_acquire);
+    }
   }
 }
 
-void ThreadPool::worker_main() {
+void ThreadPool::worker_main(std::size_t self) {
+  std::uint64_t seen = 0;  // the last region's epoch this worker looked at
   for (;;) {
-    run_chunks();
+    const std::uint64_t epoch = epoch_of(region_.load(std::memory_order_acquire));
+    if (epoch != seen) {
+      seen = epoch;
+      run_chunks(self);
+      continue;
+    }
     // Spin a little for the next region, then sleep until one is published.
     const auto until = std::chrono::steady_clock::now() + kSpinTime;
     bool found = false;
     while (!found && std::chrono::steady_clock::now() < until) {
       for (int i = 0; i < 64 && !found; ++i) {
-        const std::uint64_t c = claim_.load(std::memory_order_acquire);
-        found = next_of(c) < count_of(c);
+        found = epoch_of(region_.load(std::memory_order_acquire)) != seen;
         cpu_relax();
       }
     }
     if (found) continue;
     std::unique_lock<std::mutex> lock(sleep_mu_);
     sleepers_.fetch_add(1, std::memory_order_seq_cst);
-    wake_.wait(lock, [&] {
-      const std::uint64_t c = claim_.load(std::memory_order_seq_cst);
-      return stop_ || next_of(c) < count_of(c);
-    });
+    wake_.wait(lock,
+               [&] { return stop_ || epoch_of(region_.load(std::memory_order_seq_cst)) != seen; });
     sleepers_.fetch_sub(1, std::memory_order_relaxed);
     if (stop_) return;
   }
@@ -110,14 +126,16 @@ void ThreadPool::run(std::size_t n, void (*task)(void*, std::size_t), void* cont
   task_.store(task, std::memory_order_relaxed);
   context_.store(context, std::memory_order_relaxed);
   done_.store(0, std::memory_order_relaxed);
-  const std::uint64_t epoch = ((claim_.load(std::memory_order_relaxed) >> kEpochShift) + 1) &
-                              ((std::uint64_t{1} << (64 - kEpochShift)) - 1);
-  claim_.store(pack(epoch, n, 0), std::memory_order_seq_cst);
+  const std::uint64_t epoch = (epoch_of(region_.load(std::memory_order_relaxed)) + 1) & kEpochMask;
+  for (std::size_t i = 0; i < threads_; ++i)
+    ranges_[i].word.store(pack(epoch, n * i / threads_, n * (i + 1) / threads_),
+                          std::memory_order_relaxed);
+  region_.store(pack(epoch, 0, n), std::memory_order_seq_cst);
   if (sleepers_.load(std::memory_order_seq_cst) > 0) {
     std::lock_guard<std::mutex> lock(sleep_mu_);
     wake_.notify_all();
   }
-  run_chunks();
+  run_chunks(0);
   // Chunks claimed by workers are running now; wait for them, yielding the
   // core now and then in case one of them is waiting for it.
   for (unsigned spins = 0; done_.load(std::memory_order_acquire) != n; ++spins) {

@@ -175,15 +175,12 @@ grpc::Status InferenceService::run(grpc::ServerContext* context,
   if (writer != nullptr) {
     piece_writer.emplace(writers_.take());
     hearth::v1::GenerateResponse piece_msg;  // reused: keeps its text's capacity
-    (*piece_writer)
-        ->begin([writer, piece_msg](std::string_view text, std::int32_t token, bool more) mutable {
-          hearth::v1::Piece* piece = piece_msg.mutable_piece();
-          piece->set_text(text.data(), text.size());
-          piece->set_token_id(token);
-          grpc::WriteOptions options;
-          if (more) options.set_buffer_hint();  // the next queued piece flushes it
-          return writer->Write(piece_msg, options);
-        });
+    (*piece_writer)->begin([writer, piece_msg](std::string_view text, std::int32_t token) mutable {
+      hearth::v1::Piece* piece = piece_msg.mutable_piece();
+      piece->set_text(text.data(), text.size());
+      piece->set_token_id(token);
+      return writer->Write(piece_msg);
+    });
   }
   bool write_failed = false;
   Clock::time_point last_token = arrival;

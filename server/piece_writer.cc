@@ -47,9 +47,8 @@ void PieceWriter::run() {
     work_.wait(lock, [&] { return stop_ || count_ > 0; });
     if (count_ == 0) return;  // stop_, and nothing left to write
     const Slot& slot = slots_[head_];
-    const bool more = count_ > 1;
     lock.unlock();
-    const bool ok = sink_(slot.text, slot.token, more);
+    const bool ok = sink_(slot.text, slot.token);
     lock.lock();
     head_ = (head_ + 1) % kCapacity;
     --count_;

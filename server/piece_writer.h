@@ -42,10 +42,11 @@ namespace hearth::server {
 
 class PieceWriter {
  public:
-  // Writes one piece; runs on the writer's thread, in push order. `more`: more
-  // pieces are queued behind this one (gRPC may buffer it until the next
-  // write). Returns false when the stream is gone.
-  using Sink = std::function<bool(std::string_view text, std::int32_t token, bool more)>;
+  // Writes one piece; runs on the writer's thread, in push order. Returns
+  // false when the stream is gone. (Not gRPC's buffer hint for pieces queued
+  // behind: a synchronous Write with that hint waits for the next write to
+  // flush it, which this same thread would make, so it never returns.)
+  using Sink = std::function<bool(std::string_view text, std::int32_t token)>;
   static constexpr std::size_t kCapacity = 64;
 
   PieceWriter();

@@ -1,4 +1,4 @@
-// PieceWriter in-process: order, the `more` hint, back-pressure, a failed
+// PieceWriter in-process: order, back-pressure, a failed
 // write releasing the producer, reuse for the next stream, the pool, and no
 // heap allocation per piece once warm. Orderings are forced with a gate the
 // sink waits on, never with sleeps.
@@ -24,16 +24,15 @@ class GatedSink {
   struct Write {
     std::string text;
     std::int32_t token;
-    bool more;
   };
 
   PieceWriter::Sink sink(int fail_at = -1) {
-    return [this, fail_at](std::string_view text, std::int32_t token, bool more) {
+    return [this, fail_at](std::string_view text, std::int32_t token) {
       std::unique_lock<std::mutex> lock(mu_);
       entered_ = true;
       changed_.notify_all();
       changed_.wait(lock, [&] { return open_; });
-      writes_.push_back({std::string(text), token, more});
+      writes_.push_back({std::string(text), token});
       events_.push_back("write " + std::to_string(token));
       return static_cast<int>(writes_.size()) - 1 != fail_at;
     };
@@ -69,7 +68,7 @@ class GatedSink {
   std::vector<std::string> events_;
 };
 
-TEST(PieceWriterTest, WritesInOrderAndHintsWhenMoreAreQueued) {
+TEST(PieceWriterTest, WritesInOrderWhileTheProducerRunsAhead) {
   PieceWriter writer;
   GatedSink gate;
   writer.begin(gate.sink());
@@ -87,11 +86,6 @@ TEST(PieceWriterTest, WritesInOrderAndHintsWhenMoreAreQueued) {
   EXPECT_EQ(w[2].text, " a");
   EXPECT_EQ(w[3].text, "");
   EXPECT_EQ(w[3].token, -1);
-  // Piece 0 was alone when taken; 1 and 2 had others behind them; 3 was last.
-  EXPECT_FALSE(w[0].more);
-  EXPECT_TRUE(w[1].more);
-  EXPECT_TRUE(w[2].more);
-  EXPECT_FALSE(w[3].more);
 }
 
 TEST(PieceWriterTest, AFullQueueHoldsTheProducerUntilAWriteCompletes) {
@@ -165,7 +159,7 @@ TEST(PieceWriterTest, ServesTheNextStreamAfterFinish) {
 TEST(PieceWriterTest, NoHeapAllocationPerPieceOnceWarm) {
   PieceWriter writer;
   std::size_t bytes = 0;
-  writer.begin([&bytes](std::string_view text, std::int32_t, bool) {
+  writer.begin([&bytes](std::string_view text, std::int32_t) {
     bytes += text.size();
     return true;
   });
@@ -173,7 +167,7 @@ TEST(PieceWriterTest, NoHeapAllocationPerPieceOnceWarm) {
   // Warm-up: every slot gets a string buffer of this size.
   for (std::size_t i = 0; i < 4 * PieceWriter::kCapacity; ++i) ASSERT_TRUE(writer.push(text, 1));
   ASSERT_TRUE(writer.finish());
-  writer.begin([&bytes](std::string_view text, std::int32_t, bool) {
+  writer.begin([&bytes](std::string_view text, std::int32_t) {
     bytes += text.size();
     return true;
   });

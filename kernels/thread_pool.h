@@ -5,11 +5,14 @@
 // chunks from the back of the others' ranges. The region ends when every
 // chunk has run. (Contiguous ranges keep each thread's reads sequential:
 // 2-thread decode of the TinyLlama shape rose from 84-88% to 90-95% of the
-// streaming bandwidth over chunks handed out in turn.) A worker that is not running (the machine is
-// busy, or it is asleep) simply claims nothing: the caller runs the chunks itself and never waits
-// for a thread that has no chunk. So a region's cost does not depend on every worker being
-// scheduled, which a fixed-split pool (each thread owns a slice and the caller waits for all)
-// cannot promise: on a shared 2-core machine that wait turned a 1 ms decode step into 20 ms.
+// streaming bandwidth over chunks handed out in turn.)
+//
+// A worker that is not running (the machine is busy, or it is asleep)
+// simply claims nothing: the caller runs the chunks itself and never waits
+// for a thread that has no chunk. So a region's cost does not depend on
+// every worker being scheduled, which a fixed-split pool (each thread owns a
+// slice and the caller waits for all) cannot promise: on a shared 2-core
+// machine that wait turned a 1 ms decode step into 20 ms.
 //
 // Workers spin for a short while after a region (decode runs regions a few
 // microseconds apart), then sleep until the next one.

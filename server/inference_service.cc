@@ -182,7 +182,6 @@ grpc::Status InferenceService::run(grpc::ServerContext* context,
       return writer->Write(piece_msg);
     });
   }
-  bool write_failed = false;
   Clock::time_point last_token = arrival;
   std::size_t tokens = 0;
   auto on_token = [&](std::string_view text, std::int32_t token) {
@@ -203,17 +202,19 @@ grpc::Status InferenceService::run(grpc::ServerContext* context,
       if (token >= 0) complete->add_token_ids(token);
       return;
     }
-    if (!write_failed && !(*piece_writer)->push(text, token)) write_failed = true;
+    // A failed stream drops the piece; cancelled() ends the generation.
+    (*piece_writer)->push(text, token);
   };
   auto cancelled = [&] {
-    return write_failed || (piece_writer && (*piece_writer)->failed()) ||
+    return (piece_writer && (*piece_writer)->failed()) ||
            aborted_.load(std::memory_order_acquire) || context->IsCancelled() ||
            Clock::now() >= deadline;
   };
   absl::StatusOr<engine::GenerationResult> result =
       engine::generate(lease->module(), pool.tokenizer(), greq, on_token, cancelled);
-  // Every piece is out (or the stream is gone) before the status or Done.
-  if (piece_writer && !(*piece_writer)->finish()) write_failed = true;
+  // Every piece is out (or the stream is gone, and Done's write will fail)
+  // before the status or Done.
+  if (piece_writer) (*piece_writer)->finish();
   const std::size_t instance = lease->index();
   if (!result.ok()) return finish(to_grpc(result.status()));
   record.generated_tokens = result->generated_ids.size();

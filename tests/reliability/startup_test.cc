@@ -78,19 +78,6 @@ std::vector<std::string> no_metrics_args(const std::vector<std::string>& extra) 
   return a;
 }
 
-// Starts the server expecting it to fail before it is ready: its exit status,
-// and its stderr in *err.
-int expect_startup_failure(const std::vector<std::string>& args, std::string* err) {
-  ServerProcess server;
-  const bool ready = server.start(HEARTH_SERVER_BIN, args);
-  EXPECT_FALSE(ready) << "the server started:" << server.describe();
-  if (ready) return -1;
-  const std::optional<int> code = server.wait_exit(patience());
-  *err = server.stderr_text();
-  EXPECT_TRUE(code.has_value()) << server.describe();
-  return code.value_or(-1);
-}
-
 TEST(StartupFaultTest, BrokenModelFileExitsWithStatus1NamingTheFile) {
   const std::string good = small_model();
   ASSERT_FALSE(good.empty());

@@ -17,19 +17,6 @@ namespace {
 
 constexpr char kSlow[] = "slow";
 
-// Starts the server expecting it to fail: returns its exit status, and its stderr in *err.
-int expect_startup_failure(const std::vector<std::string>& args, std::string* err) {
-  ServerProcess server;
-  const bool ready = server.start(HEARTH_SERVER_BIN, args);
-  EXPECT_FALSE(ready) << "the server started with bad arguments:\n" << server.describe();
-  *err = server.stderr_text();
-  if (ready) return -1;
-  const std::optional<int> code = server.wait_exit(patience());
-  *err = server.stderr_text();
-  EXPECT_TRUE(code.has_value());
-  return code.value_or(-1);
-}
-
 TEST(ServerLifecycleTest, BadFlagsExitWithStatus2NamingTheFlag) {
   struct Case {
     std::vector<std::string> args;
@@ -49,7 +36,8 @@ TEST(ServerLifecycleTest, BadFlagsExitWithStatus2NamingTheFlag) {
     const int code = expect_startup_failure(server_args(c.args), &err);
     EXPECT_EQ(code, 2) << c.expected << "\n" << err;
     EXPECT_NE(err.find(c.expected), std::string::npos)
-        << "stderr should name " << c.expected << ":\n" << err;
+        << "stderr should name " << c.expected << ":\n"
+        << err;
   }
 }
 
@@ -71,8 +59,7 @@ TEST(ServerLifecycleTest, StartupFailuresExitWithStatus1NamingTheFileOrPort) {
   ServerProcess first;
   HEARTH_START_SERVER(first, server_args());
   const std::string taken = first.grpc_address();
-  EXPECT_EQ(expect_startup_failure({"--listen", taken, "--metrics-listen", "off"}, &err), 1)
-      << err;
+  EXPECT_EQ(expect_startup_failure({"--listen", taken, "--metrics-listen", "off"}, &err), 1) << err;
   EXPECT_NE(err.find(std::to_string(first.grpc_port())), std::string::npos) << err;
 }
 
@@ -84,7 +71,8 @@ TEST(ServerLifecycleTest, ReadyLineAnnouncesBothPortsOrMetricsOff) {
   EXPECT_NE(a.grpc_port(), a.metrics_port());
   EXPECT_EQ(a.grpc_address(), "127.0.0.1:" + std::to_string(a.grpc_port()));
   ServerProcess b;
-  HEARTH_START_SERVER(b, std::vector<std::string>({"--listen", "127.0.0.1:0", "--metrics-listen", "off"}));
+  HEARTH_START_SERVER(
+      b, std::vector<std::string>({"--listen", "127.0.0.1:0", "--metrics-listen", "off"}));
   EXPECT_EQ(b.metrics_address(), "off") << b.ready_line();
   // Exactly one ready line, nothing else on stdout.
   EXPECT_EQ(b.stdout_text(), b.ready_line() + "\n");
@@ -232,8 +220,8 @@ TEST(ServerLifecycleTest, IdleServerExitsZeroOnSigtermAndSigint) {
     ServerProcess server;
     HEARTH_START_SERVER(server, server_args());
     ASSERT_TRUE(server.signal(sig));
-    EXPECT_EQ(server.wait_exit(patience()), std::optional<int>(0))
-        << "signal " << sig << "\n" << server.describe();
+    EXPECT_EQ(server.wait_exit(patience()), std::optional<int>(0)) << "signal " << sig << "\n"
+                                                                   << server.describe();
   }
 }
 

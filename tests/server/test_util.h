@@ -197,8 +197,8 @@ inline grpc::Status get_model(v1::Inference::Stub& stub, const std::string& name
 
 inline std::string describe_model(const v1::ModelInfo& m) {
   return "instances_busy=" + std::to_string(m.instances_busy()) +
-         " queue_depth=" + std::to_string(m.queue_depth()) + " state=" +
-         v1::ModelInfo::State_Name(m.state());
+         " queue_depth=" + std::to_string(m.queue_depth()) +
+         " state=" + v1::ModelInfo::State_Name(m.state());
 }
 
 // Polls GetModel (back to back: each call is a real round trip to the server)
@@ -241,7 +241,8 @@ inline std::string from_byte_buffer(const grpc::ByteBuffer& b) {
   std::vector<grpc::Slice> slices;
   std::string out;
   if (!b.Dump(&slices).ok()) return out;
-  for (const grpc::Slice& s : slices) out.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  for (const grpc::Slice& s : slices)
+    out.append(reinterpret_cast<const char*>(s.begin()), s.size());
   return out;
 }
 
@@ -249,8 +250,9 @@ inline std::string from_byte_buffer(const grpc::ByteBuffer& b) {
 enum ServingStatus { kUnknown = 0, kServing = 1, kNotServing = 2, kServiceUnknown = 3 };
 
 // grpc.health.v1.Health/Check for `service`; *serving gets the answer's status.
-inline grpc::Status health_check(const std::shared_ptr<grpc::Channel>& ch, const std::string& service,
-                                 int* serving, milliseconds timeout = seconds(10)) {
+inline grpc::Status health_check(const std::shared_ptr<grpc::Channel>& ch,
+                                 const std::string& service, int* serving,
+                                 milliseconds timeout = seconds(10)) {
   grpc::ClientContext ctx;
   set_deadline(ctx, kUnderSanitizer ? timeout * 4 : timeout);
   const grpc::ByteBuffer req = to_byte_buffer(pb_bytes_field(1, service));
@@ -407,10 +409,24 @@ inline std::string slow_model() {
                               "--vocab", "4096", "--context", "4096"});
 }
 
+// Starts hearth-server expecting it to fail before it is ready. Returns its
+// exit status (-1 if it became ready or never exited); *err gets its stderr.
+inline int expect_startup_failure(const std::vector<std::string>& args, std::string* err) {
+  ServerProcess server;
+  const bool ready = server.start(HEARTH_SERVER_BIN, args);
+  *err = server.stderr_text();
+  EXPECT_FALSE(ready) << "the server started with bad arguments:\n" << server.describe();
+  if (ready) return -1;
+  const std::optional<int> code = server.wait_exit(patience());
+  *err = server.stderr_text();
+  EXPECT_TRUE(code.has_value()) << server.describe();
+  return code.value_or(-1);
+}
+
 // Starts a server, failing the test (fatal) when it does not come up.
-#define HEARTH_START_SERVER(server, args)                                               \
-  do {                                                                                  \
-    ASSERT_TRUE((server).start(HEARTH_SERVER_BIN, (args))) << (server).error();         \
+#define HEARTH_START_SERVER(server, args)                                       \
+  do {                                                                          \
+    ASSERT_TRUE((server).start(HEARTH_SERVER_BIN, (args))) << (server).error(); \
   } while (0)
 
 }  // namespace hearth::testing

@@ -1,9 +1,6 @@
 // hearth-generate and hearth-model run as a user runs them: real processes
 // (posix_spawn), real files, stdout and stderr captured separately.
-#include <fcntl.h>
 #include <gtest/gtest.h>
-#include <spawn.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -22,9 +19,8 @@
 
 #include "engine/gguf.h"
 #include "engine/unicode.h"
+#include "tests/support/server_process.h"
 #include "tests/support/shared_data.h"
-
-extern char** environ;
 
 namespace hearth {
 namespace {
@@ -269,10 +265,7 @@ TEST(JsonReader, AcceptsValidAndRejectsInvalidText) {
 // ---------------------------------------------------------------------------
 // Running the tools.
 
-struct ProcessResult {
-  int exit_code = -1;
-  std::string out, err;
-};
+using hearth::testing::ProcessResult;
 
 // A refused command line: a clean non-zero exit (no crash) whose stderr
 // mentions `expected` (the flag or file at fault).
@@ -305,33 +298,11 @@ class ToolsTest : public ::testing::Test {
 
   // Runs `binary args...` with `input` on stdin; stdout and stderr go to files
   // (no pipe can fill up and block the child).
+  // Runs `binary args...` to completion (tests/support/server_process.h).
   ProcessResult run(const std::string& binary, const std::vector<std::string>& args,
                     const std::string& input = "") {
-    const std::string in = path("stdin").string(), out = path("stdout").string(),
-                      err = path("stderr").string();
-    write_file(in, input);
-    posix_spawn_file_actions_t fa;
-    posix_spawn_file_actions_init(&fa);
-    posix_spawn_file_actions_addopen(&fa, 0, in.c_str(), O_RDONLY, 0);
-    posix_spawn_file_actions_addopen(&fa, 1, out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    posix_spawn_file_actions_addopen(&fa, 2, err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    std::vector<std::string> storage = {binary};
-    storage.insert(storage.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (std::string& s : storage) argv.push_back(s.data());
-    argv.push_back(nullptr);
-    ProcessResult r;
-    pid_t pid = 0;
-    const int rc = posix_spawn(&pid, binary.c_str(), &fa, nullptr, argv.data(), environ);
-    posix_spawn_file_actions_destroy(&fa);
-    EXPECT_EQ(rc, 0) << "cannot start " << binary;
-    if (rc != 0) return r;
-    int status = 0;
-    EXPECT_EQ(::waitpid(pid, &status, 0), pid);
-    // A crash (signal) is reported as 128 + the signal, never as a clean exit.
-    r.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-    r.out = read_file(out);
-    r.err = read_file(err);
+    ProcessResult r = hearth::testing::run_process(binary, args, input);
+    EXPECT_NE(r.exit_code, -1) << r.err;
     return r;
   }
   ProcessResult generate(const std::vector<std::string>& args) {

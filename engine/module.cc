@@ -16,6 +16,10 @@ namespace hearth::engine {
 namespace {
 
 constexpr std::size_t kAlign = 64;
+// How much of its next range a worker prefetches while it waits in decode:
+// a gap between regions lasts a few to tens of microseconds, at most a few
+// hundred kilobytes of streaming; well inside a 1-2 MiB L2.
+constexpr std::size_t kHintBytes = 256 << 10;
 
 std::size_t round_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
@@ -174,6 +178,16 @@ absl::StatusOr<std::span<const float>> Module::forward(std::span<const std::int3
   rope.freq_factors = w.rope_freq_factors().empty() ? nullptr : w.rope_freq_factors().data();
   const float attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
 
+  // Decode streams every weight once per token; before each projection's
+  // region, the pool's workers are told where the next projection starts
+  // for them, so they fetch it while waiting for the caller.
+  const bool hint = n == 1;
+  const auto hint_next = [&](std::initializer_list<const kernels::Linear*> next) {
+    if (hint)
+      kernels::Linear::hint_decode(
+          std::span<const kernels::Linear* const>(next.begin(), next.size()), pool, kHintBytes);
+  };
+
   for (std::size_t l = 0; l < c.n_layer; ++l) {
     // A layer's scratch is dead once it ends (activations live in the arena):
     // recycling it bounds temp memory by one layer, not by the model's depth.
@@ -182,6 +196,7 @@ absl::StatusOr<std::span<const float>> Module::forward(std::span<const std::int3
     kernels::rms_norm(x_, L.attn_norm.data(), n, d, c.rms_eps, xn_, pool);
     const kernels::Linear* qkv[] = {&L.wq, &L.wk, &L.wv};
     float* const qkv_out[] = {q_, k_, v_};
+    hint_next({&L.wo});
     HEARTH_RETURN_IF_ERROR(
         kernels::Linear::forward_same_input(qkv, xn_, n, qkv_out, scratch, pool));
     if (!L.bq.empty()) {
@@ -200,15 +215,23 @@ absl::StatusOr<std::span<const float>> Module::forward(std::span<const std::int3
       HEARTH_RETURN_IF_ERROR(kernels::sdpa(q_, n, start_pos, c.n_head, kv_float_[l], attn_scale,
                                            attn_, scratch, pool));
     }
+    hint_next({&L.w_gate, &L.w_up});
     HEARTH_RETURN_IF_ERROR(L.wo.forward(attn_, n, tmp_, scratch, pool));
     kernels::add_inplace(x_, tmp_, n * d, pool);
 
     kernels::rms_norm(x_, L.ffn_norm.data(), n, d, c.rms_eps, xn_, pool);
     const kernels::Linear* gate_up[] = {&L.w_gate, &L.w_up};
     float* const gate_up_out[] = {gate_, up_};
+    hint_next({&L.w_down});
     HEARTH_RETURN_IF_ERROR(
         kernels::Linear::forward_same_input(gate_up, xn_, n, gate_up_out, scratch, pool));
     kernels::swiglu(gate_, up_, n * c.n_ff, gate_, pool);
+    if (l + 1 < c.n_layer) {
+      const LayerWeights& N = w.layers()[l + 1];
+      hint_next({&N.wq, &N.wk, &N.wv});
+    } else {
+      hint_next({&w.output()});
+    }
     HEARTH_RETURN_IF_ERROR(L.w_down.forward(gate_, n, tmp_, scratch, pool));
     kernels::add_inplace(x_, tmp_, n * d, pool);
   }

@@ -248,6 +248,42 @@ absl::Status Linear::forward_same_input(std::span<const Linear* const> layers, c
   return absl::OkStatus();
 }
 
+std::size_t Linear::hint_decode(std::span<const Linear* const> layers, ThreadPool* pool,
+                                std::size_t bytes_per_worker) {
+  if (pool == nullptr || pool->threads() <= 1 || layers.empty() || bytes_per_worker == 0) return 0;
+  std::size_t macs = 0, units = 0;
+  for (const Linear* l : layers) {
+    if (l->format_ == Format::kF32 || l->format_ != layers[0]->format_) return 0;
+    macs += l->n_out_ * l->n_in_;
+    units += (l->groups_ + kGemvUnit - 1) / kGemvUnit;
+  }
+  if (macs < kMinParallelGemvMacs) return 0;
+  // The split of forward_same_input / run_quantized: parallel_for over units,
+  // worker t's range starting at chunk chunks * t / threads.
+  const std::size_t threads = pool->threads();
+  const std::size_t chunks = pool->chunk_count(units, 1);
+  const std::size_t chunk = (units + chunks - 1) / chunks;
+  std::size_t told = 0;
+  for (std::size_t t = 1; t < threads; ++t) {
+    std::size_t u = chunks * t / threads * chunk;
+    for (const Linear* l : layers) {
+      const std::size_t n_units = (l->groups_ + kGemvUnit - 1) / kGemvUnit;
+      if (u >= n_units) {
+        u -= n_units;
+        continue;
+      }
+      // A unit's row groups are adjacent: the worker reads its range from here on.
+      const std::size_t offset = u * kGemvUnit * l->group_stride_;
+      const std::size_t left = l->groups_ * l->group_stride_ - offset;
+      pool->hint_next_region(t, l->packed_.get() + offset,
+                             left < bytes_per_worker ? left : bytes_per_worker);
+      ++told;
+      break;
+    }
+  }
+  return told;
+}
+
 absl::Status Linear::quantize_input(const float* x, std::size_t m, MemoryAllocator& scratch,
                                     ThreadPool* pool, ActivationQuant aq,
                                     linear_internal::QuantizedActivations& a) const {

@@ -128,6 +128,16 @@ class Linear {
                                          MemoryAllocator& scratch, ThreadPool* pool,
                                          ActivationQuant aq = ActivationQuant::kPerGroup32);
 
+  // Decode hint: call before the region that comes before `layers`' next
+  // one-token forward (forward() with m = 1, or forward_same_input() of the
+  // same layers). Each of the pool's workers is told the first weight bytes
+  // (at most bytes_per_worker) it will stream there, to prefetch while it
+  // waits (ThreadPool::hint_next_region). Returns how many workers were
+  // told: 0 for float layers, mixed formats, products too small to split or
+  // a pool of one thread.
+  static std::size_t hint_decode(std::span<const Linear* const> layers, ThreadPool* pool,
+                                 std::size_t bytes_per_worker);
+
   std::size_t n_in() const noexcept { return n_in_; }
   std::size_t n_out() const noexcept { return n_out_; }
   Format format() const noexcept { return format_; }

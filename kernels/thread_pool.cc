@@ -1,5 +1,6 @@
 #include "kernels/thread_pool.h"
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <mutex>
@@ -20,6 +21,10 @@ constexpr std::size_t kMaxChunks = kField;  // 20 bits of chunk index
 // How long an idle worker keeps looking for the next region before it
 // sleeps: decode issues regions a few to a few tens of microseconds apart.
 constexpr auto kSpinTime = std::chrono::microseconds(200);
+// The owner of a range claims 1/kOwnerShare of what is left of it at a time
+// (at least one chunk), so its stream runs in few calls while the range's
+// end is left in single chunks for others to take.
+constexpr std::uint64_t kOwnerShare = 2;
 
 std::uint64_t pack(std::uint64_t epoch, std::uint64_t front, std::uint64_t back) {
   return (epoch << kEpochShift) | (front << kFrontShift) | back;
@@ -41,6 +46,7 @@ ThreadPool::ThreadPool(std::size_t threads)
   if (threads_ > 1) {
     pool_ = pthreadpool_create(threads_);
     ranges_ = std::make_unique<RangeWord[]>(threads_);
+    hints_ = std::make_unique<Hint[]>(threads_);
     workers_.reserve(threads_ - 1);
     for (std::size_t i = 1; i < threads_; ++i) workers_.emplace_back([this, i] { worker_main(i); });
   }
@@ -75,15 +81,39 @@ void ThreadPool::run_chunks(std::size_t self) {
     const bool own = k == 0;
     std::uint64_t w = word.load(std::memory_order_acquire);
     while (epoch_of(w) == epoch && front_of(w) < back_of(w)) {
-      // The owner walks its range forwards; others take from its back.
-      const std::uint64_t claimed = own ? w + (std::uint64_t{1} << kFrontShift) : w - 1;
+      // The owner walks its range forwards, a share of what is left at a
+      // time; others take one chunk at a time from its back.
+      const std::uint64_t left = back_of(w) - front_of(w);
+      const std::uint64_t take = own ? std::max<std::uint64_t>(1, left / kOwnerShare) : 1;
+      const std::uint64_t claimed = own ? w + (take << kFrontShift) : w - 1;
       if (!word.compare_exchange_weak(w, claimed, std::memory_order_acq_rel,
                                       std::memory_order_acquire))
         continue;
-      task(context, static_cast<std::size_t>(own ? front_of(w) : back_of(w) - 1));
-      done_.fetch_add(1, std::memory_order_release);
+      const std::size_t first = static_cast<std::size_t>(own ? front_of(w) : back_of(w) - 1);
+      task(context, first, first + static_cast<std::size_t>(take));
+      done_.fetch_add(static_cast<std::size_t>(take), std::memory_order_release);
       w = word.load(std::memory_order_acquire);
     }
+  }
+}
+
+void ThreadPool::hint_next_region(std::size_t thread, const void* p, std::size_t bytes) noexcept {
+  if (thread == 0 || thread >= threads_) return;
+  hints_[thread].bytes.store(bytes, std::memory_order_relaxed);
+  hints_[thread].p.store(static_cast<const std::uint8_t*>(p), std::memory_order_release);
+}
+
+void ThreadPool::prefetch_hint(std::size_t self, std::uint64_t epoch) {
+  const std::uint8_t* p = hints_[self].p.exchange(nullptr, std::memory_order_acquire);
+  if (p == nullptr) return;
+  const std::size_t bytes = hints_[self].bytes.load(std::memory_order_relaxed);
+  // Eight lines between looks at the region word: a prefetch waits when
+  // the core's line-fill buffers are full, so this is a few hundred ns.
+  constexpr std::size_t kLine = 64, kBatch = 8 * kLine;
+  for (std::size_t off = 0; off < bytes; off += kBatch) {
+    if (epoch_of(region_.load(std::memory_order_relaxed)) != epoch) return;
+    const std::size_t end = off + kBatch < bytes ? off + kBatch : bytes;
+    for (std::size_t l = off; l < end; l += kLine) __builtin_prefetch(p + l, 0, 2);
   }
 }
 
@@ -94,6 +124,7 @@ void ThreadPool::worker_main(std::size_t self) {
     if (epoch != seen) {
       seen = epoch;
       run_chunks(self);
+      prefetch_hint(self, seen);
       continue;
     }
     // Spin a little for the next region, then sleep until one is published.
@@ -115,11 +146,11 @@ void ThreadPool::worker_main(std::size_t self) {
   }
 }
 
-void ThreadPool::run(std::size_t n, void (*task)(void*, std::size_t), void* context) {
+void ThreadPool::run(std::size_t n, Task task, void* context) {
   // Single-threaded pools, oversized regions, and callers that find the pool
   // busy with another caller's region run on the calling thread.
   if (workers_.empty() || n > kMaxChunks || !region_mu_.try_lock()) {
-    for (std::size_t i = 0; i < n; ++i) task(context, i);
+    task(context, 0, n);
     return;
   }
   std::lock_guard<std::mutex> region(region_mu_, std::adopt_lock);

@@ -1,11 +1,14 @@
 // The process's thread pool for kernels.
 //
 // A parallel region splits into n chunks, dealt out as one contiguous range
-// per thread; each thread runs its own range front to back, then takes
+// per thread; each thread runs its own range front to back, half of what is
+// left of it per claim (one call over adjacent chunks), then takes single
 // chunks from the back of the others' ranges. The region ends when every
 // chunk has run. (Contiguous ranges keep each thread's reads sequential:
 // 2-thread decode of the TinyLlama shape rose from 84-88% to 90-95% of the
-// streaming bandwidth over chunks handed out in turn.)
+// streaming bandwidth over chunks handed out in turn. Claiming halves lets
+// chunks be fine, so a region's end waits for a small chunk, without
+// splitting the owner's stream into many calls.)
 //
 // A worker that is not running (the machine is busy, or it is asleep)
 // simply claims nothing: the caller runs the chunks itself and never waits
@@ -85,10 +88,23 @@ class ThreadPool {
     run(n_chunks, &ChunkClosure<std::remove_reference_t<F>>::call, &c);
   }
 
+  // A hint, given before the caller runs a region, about the region after
+  // it: worker `thread` (1 to threads() - 1) will start that one by reading
+  // [p, p + bytes). Once the worker has no chunk left in the coming region,
+  // it prefetches those lines into its cache while it would otherwise only
+  // wait (for the region's last chunks, then for the caller's serial work
+  // between regions), and stops as soon as the next region starts. A decode
+  // step streams every weight once, and this keeps the memory system busy
+  // through those gaps. A hint is used once. Prefetches never fault, so a
+  // stale or torn hint (another caller's, or a freed buffer's) costs
+  // bandwidth only; hints of concurrent callers may replace each other.
+  void hint_next_region(std::size_t thread, const void* p, std::size_t bytes) noexcept;
+
   // How many chunks parallel_for would use: no more than threads() x
   // kChunksPerThread (fine enough that taking chunks from a slower thread
-  // evens out a region's end) and no chunk smaller than `grain`.
-  static constexpr std::size_t kChunksPerThread = 8;
+  // evens out a region's end: 2-thread decode gained 1-2% over 8) and no
+  // chunk smaller than `grain`.
+  static constexpr std::size_t kChunksPerThread = 32;
   std::size_t chunk_count(std::size_t range, std::size_t grain) const noexcept;
 
  private:
@@ -96,10 +112,11 @@ class ThreadPool {
   struct Closure {
     F* fn;
     std::size_t range, chunk;
-    static void call(void* self, std::size_t i) {
+    // Chunks [first, last) are adjacent items: one call covers them all.
+    static void call(void* self, std::size_t first, std::size_t last) {
       auto* c = static_cast<Closure*>(self);
-      const std::size_t begin = i * c->chunk;
-      const std::size_t end = begin + c->chunk < c->range ? begin + c->chunk : c->range;
+      const std::size_t begin = first * c->chunk;
+      const std::size_t end = last * c->chunk < c->range ? last * c->chunk : c->range;
       if (begin < end) (*c->fn)(begin, end);
     }
   };
@@ -107,19 +124,22 @@ class ThreadPool {
   struct ChunkClosure {
     F* fn;
     std::size_t range, n;
-    static void call(void* self, std::size_t i) {
+    static void call(void* self, std::size_t first, std::size_t last) {
       auto* c = static_cast<ChunkClosure*>(self);
-      (*c->fn)(i, c->range * i / c->n, c->range * (i + 1) / c->n);
+      for (std::size_t i = first; i < last; ++i)
+        (*c->fn)(i, c->range * i / c->n, c->range * (i + 1) / c->n);
     }
   };
 
-  void run(std::size_t n, void (*task)(void*, std::size_t), void* context);
+  using Task = void (*)(void*, std::size_t, std::size_t);  // chunks [first, last)
+  void run(std::size_t n, Task task, void* context);
   void worker_main(std::size_t self);
   // Runs chunks of the current region until none is left: first from the
   // front of range `self`, then from the backs of the others' ranges.
   void run_chunks(std::size_t self);
+  // Prefetches the worker's hint until the region after `epoch` starts.
+  void prefetch_hint(std::size_t self, std::uint64_t epoch);
 
-  using Task = void (*)(void*, std::size_t);
   std::size_t threads_;
   pthreadpool_t pool_ = nullptr;  // for XNNPACK only
   std::vector<std::thread> workers_;
@@ -137,6 +157,13 @@ class ThreadPool {
     std::atomic<std::uint64_t> word{0};
   };
   std::unique_ptr<RangeWord[]> ranges_;
+  // Next-region hints, one per thread (index 0, the caller's, unused): the
+  // caller stores bytes, then p (release); a worker takes p with an exchange.
+  struct alignas(64) Hint {
+    std::atomic<const std::uint8_t*> p{nullptr};
+    std::atomic<std::size_t> bytes{0};
+  };
+  std::unique_ptr<Hint[]> hints_;
   std::atomic<std::uint64_t> region_{0};
   std::atomic<Task> task_{nullptr};
   std::atomic<void*> context_{nullptr};

@@ -4,6 +4,11 @@
 //
 //   decode roofline = decode tokens/s x bytes read per token / streaming bandwidth
 //
+// Each model runs 5 times (prefill, then 64 decode tokens); the streaming
+// bandwidth is measured again just before each decode, so every ratio
+// compares two figures of the same moment (a shared machine's bandwidth drifts
+// by several percent within a minute). Printed: the medians, and the range of
+// the 5 ratios.
 // where the bytes read per token are the packed projection weights, one
 // embedding row and the KV cache read at the measured context. Shapes:
 //   (a) 768 wide, 12 layers, 12 heads, FFN 2048, vocab 32000
@@ -86,6 +91,12 @@ Loaded& model(const Shape& s, GgmlType type) {
   return *slot;
 }
 
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
 void BM_Model(benchmark::State& state, const Shape& shape, GgmlType type) {
   const auto threads = static_cast<std::size_t>(state.range(0));
   Loaded& m = model(shape, type);
@@ -99,7 +110,14 @@ void BM_Model(benchmark::State& state, const Shape& shape, GgmlType type) {
   std::vector<std::int32_t> prompt(kPromptTokens);
   for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<std::int32_t>(300 + (i * 7919) % 20000);
   CachingAllocator& temp = thread_temp_allocator();
-  double prefill_s = 0, decode_s = 0;
+  const engine::ModelConfig& c = mod.config();
+  // Bytes read per decode token: packed weights + one embedding row + the KV
+  // cache at the mean decode position (int8 rows: head_dim + 8 bytes of scales).
+  const double mean_ctx = static_cast<double>(kPromptTokens) + kDecodeTokens / 2.0;
+  const double kv_bytes = 2.0 * c.n_layer * c.n_head_kv * mean_ctx * (c.head_dim + 8);
+  const double bytes_per_token = static_cast<double>(m.weights->packed_bytes()) +
+                                 static_cast<double>(kernels::row_bytes(m.weights->embedding_type(), c.n_embd)) + kv_bytes;
+  std::vector<double> prefill_tps, decode_tps, rooflines;
   for (auto _ : state) {
     auto t0 = std::chrono::steady_clock::now();
     auto logits = mod.forward(prompt, 0);
@@ -111,6 +129,8 @@ void BM_Model(benchmark::State& state, const Shape& shape, GgmlType type) {
     std::int32_t one[1] = {next};
     logits = mod.forward(one, pos++);
     temp.reset();
+    // The bandwidth this iteration's decode is held to, measured just before it.
+    const double bw = stream_read_gbps_now(threads, 3) * 1e9;
     auto t2 = std::chrono::steady_clock::now();
     for (std::size_t i = 0; i < kDecodeTokens; ++i) {
       next = static_cast<std::int32_t>(std::max_element(logits->begin(), logits->end()) - logits->begin());
@@ -119,35 +139,31 @@ void BM_Model(benchmark::State& state, const Shape& shape, GgmlType type) {
       temp.reset();
     }
     auto t3 = std::chrono::steady_clock::now();
-    prefill_s = std::chrono::duration<double>(t1 - t0).count();
-    decode_s = std::chrono::duration<double>(t3 - t2).count();
-    state.SetIterationTime(prefill_s + decode_s);
+    const double p = std::chrono::duration<double>(t1 - t0).count();
+    const double d = std::chrono::duration<double>(t3 - t2).count();
+    state.SetIterationTime(p + d);
+    prefill_tps.push_back(static_cast<double>(kPromptTokens) / p);
+    decode_tps.push_back(static_cast<double>(kDecodeTokens) / d);
+    rooflines.push_back(decode_tps.back() * bytes_per_token / bw);
   }
-  const engine::ModelConfig& c = mod.config();
-  const double prefill_tps = static_cast<double>(kPromptTokens) / prefill_s;
-  const double decode_tps = static_cast<double>(kDecodeTokens) / decode_s;
-  // Bytes read per decode token: packed weights + one embedding row + the KV
-  // cache at the mean decode position (int8 rows: head_dim + 8 bytes of scales).
-  const double mean_ctx = static_cast<double>(kPromptTokens) + kDecodeTokens / 2.0;
-  const double kv_bytes = 2.0 * c.n_layer * c.n_head_kv * mean_ctx * (c.head_dim + 8);
-  const double bytes_per_token = static_cast<double>(m.weights->packed_bytes()) +
-                                 static_cast<double>(kernels::row_bytes(m.weights->embedding_type(), c.n_embd)) + kv_bytes;
-  const double bw = stream_read_gbps(threads) * 1e9;
-  const double roofline = decode_tps * bytes_per_token / bw;
-  state.counters["prefill_tok_s"] = prefill_tps;
-  state.counters["decode_tok_s"] = decode_tps;
+  // Medians over the iterations; the roofline's range shows the spread.
+  const double prefill = median(prefill_tps), decode = median(decode_tps), roofline = median(rooflines);
+  const auto [lo, hi] = std::minmax_element(rooflines.begin(), rooflines.end());
+  state.counters["prefill_tok_s"] = prefill;
+  state.counters["decode_tok_s"] = decode;
   state.counters["roofline"] = roofline;
   char fig[200];
-  std::snprintf(fig, sizeof fig, "prefill %.1f tok/s | decode %.2f tok/s = %.0f%% of roofline (%.2f GB/token)",
-                prefill_tps, decode_tps, 100 * roofline, bytes_per_token / 1e9);
+  std::snprintf(fig, sizeof fig,
+                "prefill %.1f tok/s | decode %.2f tok/s = %.0f%% of roofline (%zu runs: %.0f-%.0f%%; %.2f GB/token)",
+                prefill, decode, 100 * roofline, rooflines.size(), 100 * *lo, 100 * *hi, bytes_per_token / 1e9);
   summary(std::string("model ") + shape.name + " " + engine::ggml_type_name(type),
           std::to_string(threads) + " thread" + (threads == 1 ? "" : "s"), fig);
 }
 
-BENCHMARK_CAPTURE(BM_Model, a_q8_0, kShapeA, GgmlType::kQ8_0)->Arg(1)->Arg(2)->Iterations(2)->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Model, a_q4_0, kShapeA, GgmlType::kQ4_0)->Arg(1)->Arg(2)->Iterations(2)->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Model, b_q8_0, kShapeB, GgmlType::kQ8_0)->Arg(1)->Arg(2)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Model, b_q4_0, kShapeB, GgmlType::kQ4_0)->Arg(1)->Arg(2)->Iterations(1)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Model, a_q8_0, kShapeA, GgmlType::kQ8_0)->Arg(1)->Arg(2)->Iterations(5)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Model, a_q4_0, kShapeA, GgmlType::kQ4_0)->Arg(1)->Arg(2)->Iterations(5)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Model, b_q8_0, kShapeB, GgmlType::kQ8_0)->Arg(1)->Arg(2)->Iterations(5)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Model, b_q4_0, kShapeB, GgmlType::kQ4_0)->Arg(1)->Arg(2)->Iterations(5)->UseManualTime()->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace hearth::bench

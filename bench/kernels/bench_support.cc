@@ -90,11 +90,22 @@ struct Line {
 };
 std::vector<Line> lines;
 
-double measure(std::size_t threads) {
-  // The same kind of buffer as packed weights (huge pages where available).
-  auto* buf = static_cast<std::byte*>(allocate_streamed(kStreamBytes));
-  if (buf == nullptr) std::abort();
-  std::memset(buf, 1, kStreamBytes);  // fault every page in before timing
+// The read buffer, allocated and faulted in once (a static's thread-safe
+// initialization): a 2 GiB memset per measurement would cost more than the
+// reads.
+std::byte* stream_buffer() {
+  static std::byte* buf = [] {
+    // The same kind of buffer as packed weights (huge pages where available).
+    auto* b = static_cast<std::byte*>(allocate_streamed(kStreamBytes));
+    if (b == nullptr) std::abort();
+    std::memset(b, 1, kStreamBytes);  // fault every page in before timing
+    return b;
+  }();
+  return buf;
+}
+
+double measure(std::size_t threads, int reads) {
+  std::byte* buf = stream_buffer();
   kernels::ThreadPool& pool = bench_pool(threads);
   const bool avx2 = __builtin_cpu_supports("avx2");
   const bool avx512 = __builtin_cpu_supports("avx512f");
@@ -103,7 +114,7 @@ double measure(std::size_t threads) {
   // reaches, which kernels are held to.
   double best = 0;
   std::uint64_t sink = 0;
-  for (int rep = 0; rep < 9; ++rep) {
+  for (int rep = 0; rep < reads; ++rep) {
     const bool prefetch = avx512 && rep % 3 == 1;
     const bool streams = avx512 && rep % 3 == 2;
     const auto t0 = std::chrono::steady_clock::now();
@@ -122,7 +133,6 @@ double measure(std::size_t threads) {
     best = std::max(best, static_cast<double>(kStreamBytes) / s / 1e9);
   }
   benchmark::DoNotOptimize(sink);
-  std::free(buf);
   return best;
 }
 
@@ -141,13 +151,15 @@ double stream_read_gbps(std::size_t threads) {
     auto it = measured.find(threads);
     if (it != measured.end()) return it->second;
   }
-  const double gbps = measure(threads);
+  const double gbps = measure(threads, 9);
   std::lock_guard<std::mutex> lock(mu);
   measured[threads] = gbps;
   std::printf("streaming read bandwidth, %zu thread%s: %.1f GB/s\n", threads,
               threads == 1 ? "" : "s", gbps);
   return gbps;
 }
+
+double stream_read_gbps_now(std::size_t threads, int reads) { return measure(threads, reads); }
 
 void set_bandwidth_counters(benchmark::State& state, double bytes_per_iteration,
                             std::size_t threads) {

@@ -18,6 +18,12 @@ namespace hearth::bench {
 // for each thread count and remembered.
 double stream_read_gbps(std::size_t threads);
 
+// The same measurement made now and not remembered: the best of `reads`
+// reads (each kind of read in turn). Whole-model benchmarks take one next to
+// each timed iteration, so a ratio compares two figures of the same moment
+// on a machine whose bandwidth drifts with its neighbours' load.
+double stream_read_gbps_now(std::size_t threads, int reads);
+
 // A pool of `threads` threads for benchmarks (kept for the whole run).
 kernels::ThreadPool& bench_pool(std::size_t threads);
 

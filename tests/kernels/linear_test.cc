@@ -319,6 +319,12 @@ TEST_P(LinearQuantized, ForwardSameInputEqualsSeparateForwards) {
       std::vector<float*> outs;
       for (const Linear& l : ls) ys.emplace_back(m * l.n_out(), std::nanf(""));
       for (auto& y : ys) outs.push_back(y.data());
+      // Decode tells the workers what they stream first (a prefetch only:
+      // the results below must not change).
+      if (m == 1) {
+        EXPECT_EQ(Linear::hint_decode(layers, pool, 64 << 10),
+                  pool == nullptr ? 0u : pool->threads() - 1);
+      }
       const absl::Status st =
           Linear::forward_same_input(layers, x.data(), m, outs, scratch, pool, aq);
       ASSERT_TRUE(st.ok()) << st;
@@ -339,6 +345,31 @@ INSTANTIATE_TEST_SUITE_P(Formats, LinearQuantized,
                                   (std::get<1>(info.param) == AQ::kPerGroup32 ? "PerGroup32"
                                                                               : "PerToken");
                          });
+
+// Hints go to workers only where decode splits the rows across the pool.
+TEST(Linear, HintDecodeTellsWorkersOnlyWhenDecodeIsSplit) {
+  const QuantWeights big = make_weights(Format::kQ8_0, 256, 2048, 5);  // 512K multiply-adds
+  const QuantWeights small = make_weights(Format::kQ8_0, 16, 64, 6);
+  const QuantWeights other = make_weights(Format::kQ4_0, 256, 2048, 7);
+  absl::StatusOr<Linear> lb = make_linear(big), ls = make_linear(small), lo = make_linear(other);
+  ASSERT_TRUE(lb.ok() && ls.ok() && lo.ok());
+  std::vector<float> f(64 * 64, 0.5f);
+  absl::StatusOr<Linear> lf = Linear::from_f32(f.data(), 64, 64);
+  ASSERT_TRUE(lf.ok()) << lf.status();
+  ThreadPool one(1), two(2), three(3);
+  const Linear* b[] = {&*lb};
+  const Linear* s[] = {&*ls};
+  const Linear* mixed[] = {&*lb, &*lo};
+  const Linear* fl[] = {&*lf};
+  EXPECT_EQ(Linear::hint_decode(b, &two, 1 << 16), 1u);
+  EXPECT_EQ(Linear::hint_decode(b, &three, 1 << 16), 2u);
+  EXPECT_EQ(Linear::hint_decode(b, &one, 1 << 16), 0u);
+  EXPECT_EQ(Linear::hint_decode(b, nullptr, 1 << 16), 0u);
+  EXPECT_EQ(Linear::hint_decode(b, &two, 0), 0u);
+  EXPECT_EQ(Linear::hint_decode(s, &two, 1 << 16), 0u) << "too small to split";
+  EXPECT_EQ(Linear::hint_decode(mixed, &two, 1 << 16), 0u) << "mixed formats run separately";
+  EXPECT_EQ(Linear::hint_decode(fl, &two, 1 << 16), 0u) << "float layers run in XNNPACK";
+}
 
 TEST(Linear, PackedBytesMatchTheGgufSize) {
   const QuantWeights q8 = make_weights(Format::kQ8_0, 64, 256, 3);

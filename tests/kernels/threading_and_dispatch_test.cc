@@ -2,6 +2,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <cstdint>
 #include <set>
 #include <thread>
 #include <vector>
@@ -90,7 +91,7 @@ TEST(ThreadPool, UsesMoreThanOneThreadWhenItHasThem) {
 TEST(ThreadPool, ACallerFindingThePoolBusyRunsItsRegionItself) {
   ThreadPool pool(2);
   std::atomic<bool> second_done{false}, first_started{false}, first_saw_second{true};
-  std::atomic<int> second_chunks{0};
+  std::atomic<std::size_t> second_items{0};
   std::thread first([&] {
     pool.parallel_chunks(2, 2, [&](std::size_t, std::size_t, std::size_t) {
       first_started.store(true);
@@ -101,10 +102,10 @@ TEST(ThreadPool, ACallerFindingThePoolBusyRunsItsRegionItself) {
     });
   });
   while (!first_started.load()) std::this_thread::yield();
-  pool.parallel_for(1000, 10, [&](std::size_t, std::size_t) { second_chunks.fetch_add(1); });
+  pool.parallel_for(1000, 10, [&](std::size_t b, std::size_t e) { second_items.fetch_add(e - b); });
   second_done.store(true);
   first.join();
-  EXPECT_EQ(second_chunks.load(), static_cast<int>(pool.chunk_count(1000, 10)));
+  EXPECT_EQ(second_items.load(), 1000u);
   EXPECT_TRUE(first_saw_second.load()) << "the second caller waited for the busy region";
 }
 
@@ -119,6 +120,51 @@ TEST(ThreadPool, BackToBackRegionsRunEveryChunkExactlyOnce) {
     });
   }
   for (auto& h : hits) EXPECT_EQ(h.load(), 2000);
+}
+
+// Next-region hints are prefetches: regions run every chunk exactly once
+// whatever the hints say, stale ones (a freed buffer) and out-of-range
+// thread indices included.
+TEST(ThreadPool, HintsNeverChangeWhatARegionRuns) {
+  ThreadPool pool(3);
+  std::vector<std::uint8_t> weights(1 << 20, 1);
+  const void* stale = nullptr;
+  {
+    std::vector<std::uint8_t> freed(1 << 16);
+    stale = freed.data();
+  }
+  std::vector<std::atomic<int>> hits(100);
+  for (int r = 0; r < 500; ++r) {
+    pool.hint_next_region(1, weights.data() + (r % 8) * 4096, 256 << 10);
+    pool.hint_next_region(2, r % 2 == 0 ? stale : weights.data(), 1 << 20);
+    pool.hint_next_region(0, weights.data(), 4096);  // the caller's: ignored
+    pool.hint_next_region(7, weights.data(), 4096);  // no such worker: ignored
+    pool.parallel_for(100, 1, [&](std::size_t b, std::size_t e) {
+      for (std::size_t i = b; i < e; ++i) hits[i].fetch_add(1);
+    });
+  }
+  for (auto& h : hits) EXPECT_EQ(h.load(), 500);
+}
+
+// A thread that owns a range claims half of what is left of it at a time,
+// in one call over adjacent chunks: every call starts and ends on chunk
+// boundaries (or the range's end), and every item runs exactly once.
+TEST(ThreadPool, CallsCoverWholeAdjacentChunksAndEveryItemOnce) {
+  ThreadPool pool(2);
+  const std::size_t range = 6403;  // not a multiple of the chunk count
+  const std::size_t chunks = pool.chunk_count(range, 1);
+  ASSERT_EQ(chunks, 2 * ThreadPool::kChunksPerThread);
+  const std::size_t chunk = (range + chunks - 1) / chunks;
+  for (int r = 0; r < 100; ++r) {
+    std::vector<std::atomic<int>> hits(range);
+    std::atomic<int> misaligned{0};
+    pool.parallel_for(range, 1, [&](std::size_t b, std::size_t e) {
+      if (b % chunk != 0 || (e % chunk != 0 && e != range)) misaligned.fetch_add(1);
+      for (std::size_t i = b; i < e; ++i) hits[i].fetch_add(1);
+    });
+    EXPECT_EQ(misaligned.load(), 0);
+    for (auto& h : hits) ASSERT_EQ(h.load(), 1);
+  }
 }
 
 TEST(ThreadPool, ConcurrentCallersBothComplete) {

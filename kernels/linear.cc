@@ -217,13 +217,8 @@ absl::Status Linear::forward_same_input(std::span<const Linear* const> layers, c
 
   linear_internal::QuantizedActivations a{};
   if (absl::Status s = first.quantize_input(x, m, scratch, pool, aq, a); !s.ok()) return s;
-  const std::size_t threads = pool != nullptr ? pool->threads() : 1;
-  std::size_t macs = 0, units = 0;
-  for (const Linear* l : layers) {
-    macs += l->n_out_ * l->n_in_;
-    units += (l->groups_ + kGemvUnit - 1) / kGemvUnit;
-  }
-  if (m != 1 || threads <= 1 || macs < kMinParallelGemvMacs) {
+  const std::size_t units = m == 1 ? split_gemv_units(layers, pool) : 0;
+  if (units == 0) {
     for (std::size_t i = 0; i < layers.size(); ++i) layers[i]->run_quantized(a, ys[i], pool);
     return absl::OkStatus();
   }
@@ -235,7 +230,7 @@ absl::Status Linear::forward_same_input(std::span<const Linear* const> layers, c
     std::size_t base = 0;
     for (std::size_t i = 0; i < layers.size() && base < u1; ++i) {
       const Linear& l = *layers[i];
-      const std::size_t n_units = (l.groups_ + kGemvUnit - 1) / kGemvUnit;
+      const std::size_t n_units = l.gemv_units();
       const std::size_t lo = u0 > base ? u0 - base : 0;
       const std::size_t hi = u1 - base < n_units ? u1 - base : n_units;
       if (lo < hi) {
@@ -248,16 +243,24 @@ absl::Status Linear::forward_same_input(std::span<const Linear* const> layers, c
   return absl::OkStatus();
 }
 
-std::size_t Linear::hint_decode(std::span<const Linear* const> layers, ThreadPool* pool,
-                                std::size_t bytes_per_worker) {
-  if (pool == nullptr || pool->threads() <= 1 || layers.empty() || bytes_per_worker == 0) return 0;
+std::size_t Linear::gemv_units() const noexcept { return (groups_ + kGemvUnit - 1) / kGemvUnit; }
+
+std::size_t Linear::split_gemv_units(std::span<const Linear* const> layers,
+                                     const ThreadPool* pool) {
+  if (pool == nullptr || pool->threads() <= 1 || layers.empty()) return 0;
   std::size_t macs = 0, units = 0;
   for (const Linear* l : layers) {
     if (l->format_ == Format::kF32 || l->format_ != layers[0]->format_) return 0;
     macs += l->n_out_ * l->n_in_;
-    units += (l->groups_ + kGemvUnit - 1) / kGemvUnit;
+    units += l->gemv_units();
   }
-  if (macs < kMinParallelGemvMacs) return 0;
+  return macs < kMinParallelGemvMacs ? 0 : units;
+}
+
+std::size_t Linear::hint_decode(std::span<const Linear* const> layers, ThreadPool* pool,
+                                std::size_t bytes_per_worker) {
+  const std::size_t units = bytes_per_worker == 0 ? 0 : split_gemv_units(layers, pool);
+  if (units == 0) return 0;
   // The split of forward_same_input / run_quantized: parallel_for over units,
   // worker t's range starting at chunk chunks * t / threads.
   const std::size_t threads = pool->threads();
@@ -267,7 +270,7 @@ std::size_t Linear::hint_decode(std::span<const Linear* const> layers, ThreadPoo
   for (std::size_t t = 1; t < threads; ++t) {
     std::size_t u = chunks * t / threads * chunk;
     for (const Linear* l : layers) {
-      const std::size_t n_units = (l->groups_ + kGemvUnit - 1) / kGemvUnit;
+      const std::size_t n_units = l->gemv_units();
       if (u >= n_units) {
         u -= n_units;
         continue;

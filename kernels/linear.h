@@ -157,6 +157,13 @@ class Linear {
   void run_quantized(const linear_internal::QuantizedActivations& a, float* y,
                      ThreadPool* pool) const;
   linear_internal::MatmulFn matmul_fn() const;
+  // Units of a one-token forward: kGemvUnit row groups, the GEMV tile.
+  std::size_t gemv_units() const noexcept;
+  // How many units a one-token forward of `layers` (one quantized format)
+  // splits across `pool` in one region; 0 when it runs on the caller.
+  // forward_same_input and hint_decode share this decision.
+  static std::size_t split_gemv_units(std::span<const Linear* const> layers,
+                                      const ThreadPool* pool);
   linear_internal::PackedWeights packed_weights() const;
 
   Format format_ = Format::kF32;

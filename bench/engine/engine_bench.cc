@@ -4,16 +4,17 @@
 //
 //   decode roofline = decode tokens/s x bytes read per token / streaming bandwidth
 //
-// Each model runs 5 times (prefill, then 64 decode tokens); the streaming
-// bandwidth is measured again just before each decode, so every ratio
-// compares two figures of the same moment (a shared machine's bandwidth drifts
-// by several percent within a minute). Printed: the medians, and the range of
-// the 5 ratios.
 // where the bytes read per token are the packed projection weights, one
 // embedding row and the KV cache read at the measured context. Shapes:
 //   (a) 768 wide, 12 layers, 12 heads, FFN 2048, vocab 32000
 //   (b) the TinyLlama 1.1B shape: 2048 wide, 22 layers, 32 heads, 4 KV heads, FFN 5632, vocab 32000
 // each in Q8_0 and Q4_0, on 1 and 2 threads; prefill of a 128-token prompt.
+//
+// Each model runs 5 times (prefill, then 64 decode tokens); the streaming
+// bandwidth is measured again just before each decode, so every ratio
+// compares two figures of the same moment (a shared machine's bandwidth drifts
+// by several percent within a minute). Printed: the medians, and the range of
+// the 5 ratios.
 //
 // Run: build/release/bench/bench_engine [--benchmark_filter=...]
 // With HEARTH_WRITE_MODELS_TO=DIR the synthetic models are also written there

@@ -3,12 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <numeric>
 
 #include "absl/status/status.h"
 #include "engine/str_cat.h"
-#include "kernels/block_ops.h"
-#include "kernels/embedding.h"
-#include "kernels/sdpa.h"
 #include "memory/thread_temp_allocator.h"
 #include "spdlog/spdlog.h"
 
@@ -16,10 +14,6 @@ namespace hearth::engine {
 namespace {
 
 constexpr std::size_t kAlign = 64;
-// How much of its next range a worker prefetches while it waits in decode:
-// a gap between regions lasts a few to tens of microseconds, at most a few
-// hundred kilobytes of streaming; well inside a 1-2 MiB L2.
-constexpr std::size_t kHintBytes = 256 << 10;
 
 std::size_t round_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
 
@@ -29,8 +23,6 @@ std::size_t round_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign;
   } while (0)
 
 }  // namespace
-
-const char* kv_cache_type_name(KvCacheType t) { return t == KvCacheType::kInt8 ? "int8" : "float"; }
 
 std::vector<std::string> ModuleMemoryReport::lines() const {
   return {
@@ -94,14 +86,8 @@ absl::StatusOr<std::unique_ptr<Module>> Module::load(std::shared_ptr<const Model
 
 absl::Status Module::plan(MemoryAllocator* planned) {
   const ModelConfig& c = config();
-  const std::size_t n = options_.max_chunk;
-  // Activation buffers, in floats.
-  const std::size_t sizes[] = {n * c.n_embd,   n * c.n_embd,  n * c.q_dim(), n * c.kv_dim(),
-                               n * c.kv_dim(), n * c.q_dim(), n * c.n_embd,  n * c.n_ff,
-                               n * c.n_ff,     c.n_vocab};
-  float** targets[] = {&x_, &xn_, &q_, &k_, &v_, &attn_, &tmp_, &gate_, &up_, &logits_};
-  planned_bytes_ = 0;
-  for (std::size_t s : sizes) planned_bytes_ += round_up(s * sizeof(float));
+  planned_bytes_ = ActivationBuffers::bytes_for(c, options_.max_chunk, kAlign) +
+                   round_up(c.n_vocab * sizeof(float));
   const kernels::KvLayout layout{c.n_head_kv, c.head_dim, context_};
   const std::size_t per_layer = options_.kv_cache == KvCacheType::kInt8
                                     ? kernels::quantized_kv_bytes(layout)
@@ -122,15 +108,17 @@ absl::Status Module::plan(MemoryAllocator* planned) {
     planned = own_arena_.get();
   }
   planned_stats_ = std::make_unique<StatsAllocator>(*planned);
-  const char* names[] = {"x", "xn", "q", "k", "v", "attn", "tmp", "gate", "up", "logits"};
-  for (std::size_t i = 0; i < std::size(sizes); ++i) {
-    *targets[i] = planned_stats_->allocate_array<float>(sizes[i], kAlign);
-    if (*targets[i] == nullptr) {
-      return absl::ResourceExhaustedError(
-          str_cat("planned memory exhausted while laying out activation buffer '", names[i], "' (",
-                  sizes[i] * 4, " bytes)"));
-    }
-  }
+  absl::StatusOr<ActivationBuffers> buffers =
+      ActivationBuffers::carve(c, options_.max_chunk, *planned_stats_, kAlign);
+  if (!buffers.ok()) return buffers.status();
+  buffers_ = *buffers;
+  every_row_.resize(options_.max_chunk);
+  std::iota(every_row_.begin(), every_row_.end(), std::size_t{0});
+  logits_ = planned_stats_->allocate_array<float>(c.n_vocab, kAlign);
+  if (logits_ == nullptr)
+    return absl::ResourceExhaustedError(
+        str_cat("planned memory exhausted while laying out activation buffer 'logits' (",
+                c.n_vocab * sizeof(float), " bytes)"));
   for (std::size_t l = 0; l < c.n_layer; ++l) {
     void* mem = planned_stats_->allocate(per_layer, kAlign);
     if (mem == nullptr) {
@@ -163,88 +151,16 @@ absl::StatusOr<std::span<const float>> Module::forward(std::span<const std::int3
                                          " exceed the context length ", context_));
   }
   MemoryAllocator& scratch = temp_allocator();
-  kernels::ThreadPool* pool = pool_;
-  const ModelWeights& w = *weights_;
-  const std::size_t d = c.n_embd;
-
-  HEARTH_RETURN_IF_ERROR(kernels::embedding_lookup(w.embedding(), w.embedding_type(), c.n_vocab, d,
-                                                   tokens.data(), n, x_, pool));
-
-  kernels::RopeConfig rope;
-  rope.style = c.rope_neox ? kernels::RopeStyle::kNeox : kernels::RopeStyle::kNormal;
-  rope.rot_dim = c.rope_dim;
-  rope.base = c.rope_base;
-  rope.freq_scale = c.rope_freq_scale;
-  rope.freq_factors = w.rope_freq_factors().empty() ? nullptr : w.rope_freq_factors().data();
-  const float attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
-
-  // Decode streams every weight once per token; before each projection's
-  // region, the pool's workers are told where the next projection starts
-  // for them, so they fetch it while waiting for the caller.
-  const bool hint = n == 1;
-  const auto hint_next = [&](std::initializer_list<const kernels::Linear*> next) {
-    if (hint)
-      kernels::Linear::hint_decode(
-          std::span<const kernels::Linear* const>(next.begin(), next.size()), pool, kHintBytes);
-  };
-
-  for (std::size_t l = 0; l < c.n_layer; ++l) {
-    // A layer's scratch is dead once it ends (activations live in the arena):
-    // recycling it bounds temp memory by one layer, not by the model's depth.
-    scratch.reset();
-    const LayerWeights& L = w.layers()[l];
-    kernels::rms_norm(x_, L.attn_norm.data(), n, d, c.rms_eps, xn_, pool);
-    const kernels::Linear* qkv[] = {&L.wq, &L.wk, &L.wv};
-    float* const qkv_out[] = {q_, k_, v_};
-    hint_next({&L.wo});
-    HEARTH_RETURN_IF_ERROR(
-        kernels::Linear::forward_same_input(qkv, xn_, n, qkv_out, scratch, pool));
-    if (!L.bq.empty()) {
-      kernels::add_rows_inplace(q_, L.bq.data(), n, c.q_dim(), pool);
-      kernels::add_rows_inplace(k_, L.bk.data(), n, c.kv_dim(), pool);
-      kernels::add_rows_inplace(v_, L.bv.data(), n, c.kv_dim(), pool);
-    }
-    kernels::rope(q_, n, c.n_head, c.head_dim, start_pos, rope, pool);
-    kernels::rope(k_, n, c.n_head_kv, c.head_dim, start_pos, rope, pool);
-    if (options_.kv_cache == KvCacheType::kInt8) {
-      HEARTH_RETURN_IF_ERROR(kernels::kv_append(kv_int8_[l], start_pos, k_, v_, n));
-      HEARTH_RETURN_IF_ERROR(
-          kernels::sdpa(q_, n, start_pos, c.n_head, kv_int8_[l], attn_scale, attn_, scratch, pool));
-    } else {
-      HEARTH_RETURN_IF_ERROR(kernels::kv_append(kv_float_[l], start_pos, k_, v_, n));
-      HEARTH_RETURN_IF_ERROR(kernels::sdpa(q_, n, start_pos, c.n_head, kv_float_[l], attn_scale,
-                                           attn_, scratch, pool));
-    }
-    hint_next({&L.w_gate, &L.w_up});
-    HEARTH_RETURN_IF_ERROR(L.wo.forward(attn_, n, tmp_, scratch, pool));
-    kernels::add_inplace(x_, tmp_, n * d, pool);
-
-    kernels::rms_norm(x_, L.ffn_norm.data(), n, d, c.rms_eps, xn_, pool);
-    const kernels::Linear* gate_up[] = {&L.w_gate, &L.w_up};
-    float* const gate_up_out[] = {gate_, up_};
-    hint_next({&L.w_down});
-    HEARTH_RETURN_IF_ERROR(
-        kernels::Linear::forward_same_input(gate_up, xn_, n, gate_up_out, scratch, pool));
-    kernels::swiglu(gate_, up_, n * c.n_ff, gate_, pool);
-    if (l + 1 < c.n_layer) {
-      const LayerWeights& N = w.layers()[l + 1];
-      hint_next({&N.wq, &N.wk, &N.wv});
-    } else {
-      hint_next({&w.output()});
-    }
-    HEARTH_RETURN_IF_ERROR(L.w_down.forward(gate_, n, tmp_, scratch, pool));
-    kernels::add_inplace(x_, tmp_, n * d, pool);
-  }
-
-  scratch.reset();
+  const SequenceRows sequence{0, n, start_pos, kv_cache()};
+  HEARTH_RETURN_IF_ERROR(run_layers(*weights_, buffers_, tokens, {&sequence, 1}, scratch, pool_));
   if (all_logits != nullptr) {
-    kernels::rms_norm(x_, w.output_norm().data(), n, d, c.rms_eps, xn_, pool);
-    HEARTH_RETURN_IF_ERROR(w.output().forward(xn_, n, all_logits, scratch, pool));
+    HEARTH_RETURN_IF_ERROR(
+        project_logits(*weights_, buffers_, {every_row_.data(), n}, all_logits, scratch, pool_));
     std::copy(all_logits + (n - 1) * c.n_vocab, all_logits + n * c.n_vocab, logits_);
   } else {
-    const float* last = x_ + (n - 1) * d;
-    kernels::rms_norm(last, w.output_norm().data(), 1, d, c.rms_eps, xn_, pool);
-    HEARTH_RETURN_IF_ERROR(w.output().forward(xn_, 1, logits_, scratch, pool));
+    const std::size_t last = n - 1;
+    HEARTH_RETURN_IF_ERROR(
+        project_logits(*weights_, buffers_, {&last, 1}, logits_, scratch, pool_));
   }
   if (temp_ == nullptr) {
     const CachingAllocatorStats st = thread_temp_allocator().stats();

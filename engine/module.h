@@ -31,6 +31,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "engine/forward_pass.h"
 #include "engine/weights.h"
 #include "kernels/kv_cache.h"
 #include "kernels/thread_pool.h"
@@ -38,9 +39,6 @@
 #include "memory/stats_allocator.h"
 
 namespace hearth::engine {
-
-enum class KvCacheType { kInt8, kFloat };
-const char* kv_cache_type_name(KvCacheType t);
 
 struct ModuleOptions {
   // Positions the KV cache holds; 0 = the model's training context, capped at 4096.
@@ -119,6 +117,9 @@ class Module {
     if (bytes > peak_temp_) peak_temp_ = bytes;
   }
   const AllocatorStats& planned_stats() const { return planned_stats_->stats(); }
+  // This instance's KV cache, for a BatchedForward step that includes it
+  // (the holder of the instance's lease runs that step).
+  KvCacheRef kv_cache() const { return {kv_int8_, kv_float_}; }
 
  private:
   Module() = default;
@@ -139,8 +140,9 @@ class Module {
   std::size_t peak_temp_ = 0;
 
   // Activation buffers (in the arena), sized for max_chunk tokens.
-  float *x_ = nullptr, *xn_ = nullptr, *q_ = nullptr, *k_ = nullptr, *v_ = nullptr,
-        *attn_ = nullptr, *tmp_ = nullptr, *gate_ = nullptr, *up_ = nullptr, *logits_ = nullptr;
+  ActivationBuffers buffers_;
+  float* logits_ = nullptr;             // vocab floats: the last token's logits
+  std::vector<std::size_t> every_row_;  // 0 .. max_chunk - 1 (all_logits selects them all)
   std::vector<kernels::QuantizedKvView> kv_int8_;
   std::vector<kernels::FloatKvView> kv_float_;
 };

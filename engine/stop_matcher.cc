@@ -9,9 +9,12 @@ StopMatcher::StopMatcher(std::vector<std::string> stops) : stops_(std::move(stop
   for (const auto& s : stops_) longest_ = std::max(longest_, s.size());
 }
 
-std::string StopMatcher::push(std::string_view text) {
-  if (stopped_) return {};
-  if (stops_.empty()) return std::string(text);
+void StopMatcher::push(std::string_view text, std::string& out) {
+  if (stopped_) return;
+  if (stops_.empty()) {
+    out.append(text);
+    return;
+  }
   // pending_ holds only text that could still begin a match (shorter than the
   // longest stop string), so searching all of it stays cheap.
   pending_.append(text);
@@ -22,9 +25,9 @@ std::string StopMatcher::push(std::string_view text) {
   }
   if (first != std::string::npos) {
     stopped_ = true;
-    std::string out = pending_.substr(0, first);
+    out.append(pending_, 0, first);
     pending_.clear();
-    return out;
+    return;
   }
   // Keep the longest suffix that is a proper prefix of some stop string.
   std::size_t hold = 0;
@@ -36,15 +39,13 @@ std::string StopMatcher::push(std::string_view text) {
       }
     }
   }
-  std::string out = pending_.substr(0, pending_.size() - hold);
+  out.append(pending_, 0, pending_.size() - hold);
   pending_.erase(0, pending_.size() - hold);
-  return out;
 }
 
-std::string StopMatcher::flush() {
-  std::string out;
-  out.swap(pending_);
-  return stopped_ ? std::string() : out;
+void StopMatcher::flush(std::string& out) {
+  if (!stopped_) out.append(pending_);
+  pending_.clear();
 }
 
 }  // namespace hearth::engine

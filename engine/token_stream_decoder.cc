@@ -7,11 +7,11 @@ namespace hearth::engine {
 TokenStreamDecoder::TokenStreamDecoder(const Tokenizer& tokenizer, Start start)
     : tokenizer_(tokenizer), start_(start) {
   state_.at_text_start = start_ == Start::kSequenceStart;
+  pending_.reserve(tokenizer_.max_text_bytes() + 8);
 }
 
-std::string TokenStreamDecoder::push(std::int32_t id) {
+void TokenStreamDecoder::push(std::int32_t id, std::string& out) {
   tokenizer_.decode_step(id, state_, pending_);
-  std::string out;
   std::size_t pos = 0;
   while (pos < pending_.size()) {
     const Utf8Char ch = decode_utf8(pending_, pos);
@@ -24,15 +24,13 @@ std::string TokenStreamDecoder::push(std::int32_t id) {
     pos += ch.length;
   }
   pending_.erase(0, pos);
-  return out;
 }
 
-std::string TokenStreamDecoder::flush() {
-  std::string out = sanitize_utf8(pending_);
+void TokenStreamDecoder::flush(std::string& out) {
+  out.append(sanitize_utf8(pending_));
   pending_.clear();
   state_ = Tokenizer::DecodeState{};
   state_.at_text_start = start_ == Start::kSequenceStart;
-  return out;
 }
 
 }  // namespace hearth::engine

@@ -30,11 +30,23 @@ class TokenStreamDecoder {
 
   explicit TokenStreamDecoder(const Tokenizer& tokenizer, Start start = Start::kSequenceStart);
 
-  // Adds one id and returns the text that is now complete (possibly empty).
-  std::string push(std::int32_t id);
-  // Ends the sequence: returns what is held back, an unfinished character
+  // Adds one id and appends to `out` the text that is now complete (possibly
+  // none). No heap allocation: the held-back bytes are at most one
+  // unfinished character plus one token's text, reserved at construction.
+  void push(std::int32_t id, std::string& out);
+  std::string push(std::int32_t id) {
+    std::string out;
+    push(id, out);
+    return out;
+  }
+  // Ends the sequence: appends what is held back, an unfinished character
   // becoming U+FFFD. The decoder then starts over as if newly constructed.
-  std::string flush();
+  void flush(std::string& out);
+  std::string flush() {
+    std::string out;
+    flush(out);
+    return out;
+  }
 
  private:
   const Tokenizer& tokenizer_;

@@ -61,6 +61,9 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf(const GgufFile& 
   absl::Status s = t->kind_ == Kind::kSpm ? t->load_spm(file) : t->load_bpe(file);
   if (!s.ok()) return s;
   t->index_special_tokens();
+  for (std::size_t i = 0; i + 1 < t->text_begin_.size(); ++i)
+    t->max_text_bytes_ =
+        std::max<std::size_t>(t->max_text_bytes_, t->text_begin_[i + 1] - t->text_begin_[i]);
   return t;
 }
 

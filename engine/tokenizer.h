@@ -120,6 +120,9 @@ class Tokenizer {
   // control, unknown and unused tokens contribute nothing.
   std::string token_text(std::int32_t id) const;
   TokenType token_type(std::int32_t id) const;  // kUnused for ids outside the vocabulary
+  // The longest token_text() of the vocabulary, in bytes: what one token can
+  // add to decoded text (streaming decoders size their buffers by it).
+  std::size_t max_text_bytes() const { return max_text_bytes_; }
 
   std::size_t vocab_size() const { return types_.size(); }
   std::int32_t bos() const { return bos_; }  // -1: none
@@ -187,6 +190,7 @@ class Tokenizer {
   std::vector<std::uint32_t> piece_begin_;
   std::string texts_;
   std::vector<std::uint32_t> text_begin_;
+  std::size_t max_text_bytes_ = 0;
   std::vector<float> scores_;
   std::vector<TokenType> types_;
   // Pieces that merging may produce (normal and user-defined tokens); when two

@@ -14,10 +14,6 @@ namespace {
 
 using hearth::v1::FinishReason;
 
-double seconds_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
 grpc::Status to_grpc(const absl::Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
 }
@@ -80,6 +76,33 @@ grpc::internal::MethodHandler* parsing_unary(
       });
 }
 
+// A Generate stream's pieces, queued for its PieceWriter's thread.
+class StreamSink final : public PieceSink {
+ public:
+  explicit StreamSink(PieceWriter& writer) : writer_(writer) {}
+  bool has_room(std::size_t pieces) const override { return writer_.has_room(pieces); }
+  void piece(std::string_view text, std::int32_t token) override { writer_.push(text, token); }
+  bool failed() const override { return writer_.failed(); }
+
+ private:
+  PieceWriter& writer_;
+};
+
+// A Complete call's pieces, gathered into its one response.
+class CompleteSink final : public PieceSink {
+ public:
+  explicit CompleteSink(hearth::v1::CompleteResponse& response) : response_(response) {}
+  bool has_room(std::size_t) const override { return true; }
+  void piece(std::string_view text, std::int32_t token) override {
+    response_.mutable_text()->append(text.data(), text.size());
+    if (token >= 0) response_.add_token_ids(token);
+  }
+  bool failed() const override { return false; }
+
+ private:
+  hearth::v1::CompleteResponse& response_;
+};
+
 bool constant_time_equal(const std::string& a, const std::string& b) {
   unsigned char diff = a.size() == b.size() ? 0 : 1;
   for (std::size_t i = 0; i < a.size(); ++i)
@@ -91,7 +114,9 @@ bool constant_time_equal(const std::string& a, const std::string& b) {
 
 InferenceService::InferenceService(ModelRegistry& registry, ServiceOptions options,
                                    RequestObserver* observer)
-    : registry_(registry), options_(std::move(options)), observer_(observer) {
+    : registry_(registry),
+      options_(std::move(options)),
+      path_(registry, RequestPathOptions{options_.max_tokens_limit}, observer) {
   // Method indices follow the order of the rpcs in inference.proto.
   MarkMethodStreamed(
       0, new grpc::internal::SplitServerStreamingHandler<grpc::ByteBuffer,
@@ -124,54 +149,32 @@ grpc::Status InferenceService::check_auth(const grpc::ServerContext& context) co
 grpc::Status InferenceService::run(grpc::ServerContext* context,
                                    const grpc::ByteBuffer& request_bytes, GenerateStream* writer,
                                    hearth::v1::CompleteResponse* complete) {
-  const Clock::time_point arrival = Clock::now();
   RequestRecord record;
   record.method = writer != nullptr ? "Generate" : "Complete";
   auto finish = [&](grpc::Status status) {
-    record.code = status.error_code();
-    record.duration_s = seconds_between(arrival, Clock::now());
-    if (observer_ != nullptr) observer_->on_request_done(record);
+    path_.finish(record, absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                                      status.error_message()));
     return status;
   };
-
   if (grpc::Status s = check_auth(*context); !s.ok()) return finish(s);
   hearth::v1::GenerateRequest request;
   if (absl::Status s = parse_request(to_bytes(request_bytes), request); !s.ok())
     return finish(to_grpc(s));
-  absl::StatusOr<ModelPool*> found = registry_.find(request.model());
-  if (!found.ok()) return finish(to_grpc(found.status()));
-  ModelPool& pool = **found;
-  record.model = pool.spec().name;
+  GenerateCall call;
+  call.method = record.method;
+  call.model = request.model();
+  map_generation_request(request, path_.options().max_tokens_limit, call.request);
 
-  engine::GenerationRequest greq;
-  if (absl::Status s = to_generation_request(request, options_.max_tokens_limit, greq); !s.ok())
-    return finish(to_grpc(s));
-  const std::size_t vocab = pool.tokenizer().vocab_size();
-  if (greq.sampling.top_k < 0 || static_cast<std::size_t>(greq.sampling.top_k) > vocab)
-    return finish(invalid(str_cat("sampling.top_k = ", greq.sampling.top_k,
-                                  " is out of range: allowed [0, ", vocab, "] (the vocabulary)")));
-  // Tokenize before queueing: a prompt that cannot run is refused without
-  // taking an instance.
-  absl::StatusOr<std::vector<std::int32_t>> ids =
-      pool.tokenizer().encode(greq.prompt, greq.tokenize);
-  if (!ids.ok()) return finish(invalid(str_cat("prompt: ", ids.status().message())));
-  if (ids->empty()) return finish(invalid("prompt: tokenizes to no tokens"));
-  if (ids->size() >= pool.context_length())
-    return finish(invalid(str_cat("prompt: ", ids->size(), " tokens do not fit the context of ",
-                                  pool.context_length(), " tokens (at most ",
-                                  pool.context_length() - 1, " leave room to generate)")));
-  greq.prompt_ids = std::move(*ids);
-  record.prompt_tokens = greq.prompt_ids.size();
+  CallContext call_context;
+  call_context.deadline = steady_deadline(*context);
+  call_context.cancelled = [context] { return context->IsCancelled(); };
 
-  const Clock::time_point deadline = steady_deadline(*context);
-  auto client_gone = [&] { return context->IsCancelled(); };
-  absl::StatusOr<ModelPool::Lease> lease = pool.acquire(deadline, client_gone);
-  const Clock::time_point started = Clock::now();
-  record.queue_s = seconds_between(arrival, started);
-  if (!lease.ok()) return finish(to_grpc(lease.status()));
-
-  // Generate: the pieces go out through a PieceWriter's thread.
+  // Generate: pieces go out through a PieceWriter's thread; Complete
+  // gathers them into the response.
   std::optional<PieceWriterPool::Borrowed> piece_writer;
+  std::optional<StreamSink> stream_sink;
+  std::optional<CompleteSink> complete_sink;
+  PieceSink* sink = nullptr;
   if (writer != nullptr) {
     piece_writer.emplace(writers_.take());
     hearth::v1::GenerateResponse piece_msg;  // reused: keeps its text's capacity
@@ -181,72 +184,30 @@ grpc::Status InferenceService::run(grpc::ServerContext* context,
       piece->set_token_id(token);
       return writer->Write(piece_msg);
     });
+    sink = &stream_sink.emplace(**piece_writer);
+  } else {
+    sink = &complete_sink.emplace(*complete);
   }
-  Clock::time_point last_token = arrival;
-  std::size_t tokens = 0;
-  auto on_token = [&](std::string_view text, std::int32_t token) {
-    if (token >= 0) {
-      const Clock::time_point now = Clock::now();
-      if (tokens == 0) {
-        record.time_to_first_token_s = seconds_between(arrival, now);
-      } else if (observer_ != nullptr) {
-        observer_->on_inter_token(record.model, seconds_between(last_token, now));
-      }
-      last_token = now;
-      ++tokens;
-    } else if (text.empty()) {
-      return;  // nothing held back at the end
-    }
-    if (complete != nullptr) {
-      complete->mutable_text()->append(text.data(), text.size());
-      if (token >= 0) complete->add_token_ids(token);
-      return;
-    }
-    // A failed stream drops the piece; cancelled() ends the generation.
-    (*piece_writer)->push(text, token);
-  };
-  auto cancelled = [&] {
-    return (piece_writer && (*piece_writer)->failed()) ||
-           aborted_.load(std::memory_order_acquire) || context->IsCancelled() ||
-           Clock::now() >= deadline;
-  };
-  absl::StatusOr<engine::GenerationResult> result =
-      engine::generate(lease->module(), pool.tokenizer(), greq, on_token, cancelled);
+  absl::StatusOr<GenerateOutcome> outcome = path_.generate(call, *sink, call_context, record);
   // Every piece is out (or the stream is gone, and Done's write will fail)
   // before the status or Done.
   if (piece_writer) (*piece_writer)->finish();
-  const std::size_t instance = lease->index();
-  if (!result.ok()) return finish(to_grpc(result.status()));
-  record.generated_tokens = result->generated_ids.size();
-  record.temp_lookups = result->stats.temp_lookups;
-  record.temp_hits = result->stats.temp_hits;
-  record.temp_peak_bytes = result->stats.temp_peak_bytes;
-
-  if (result->finish == engine::FinishReason::kCancelled) {
-    if (aborted_.load(std::memory_order_acquire))
-      return finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                                 "the server shut down before the generation finished"));
-    if (Clock::now() >= deadline && !context->IsCancelled())
-      return finish(grpc::Status(
-          grpc::StatusCode::DEADLINE_EXCEEDED,
-          str_cat("deadline exceeded after ", result->generated_ids.size(), " generated tokens")));
-    return finish(grpc::Status(grpc::StatusCode::CANCELLED, "cancelled by the client"));
-  }
+  if (!outcome.ok()) return finish(to_grpc(outcome.status()));
 
   hearth::v1::Done done;
-  done.set_finish_reason(to_proto(result->finish));
-  done.set_instance(static_cast<std::uint32_t>(instance));
+  done.set_finish_reason(to_proto(outcome->finish));
+  done.set_instance(static_cast<std::uint32_t>(outcome->instance));
   hearth::v1::Usage* usage = done.mutable_usage();
-  usage->set_prompt_tokens(static_cast<std::uint32_t>(result->prompt_ids.size()));
-  usage->set_generated_tokens(static_cast<std::uint32_t>(result->generated_ids.size()));
+  usage->set_prompt_tokens(static_cast<std::uint32_t>(outcome->prompt_ids.size()));
+  usage->set_generated_tokens(static_cast<std::uint32_t>(outcome->generated_tokens));
   if (request.echo_prompt_ids())
-    for (std::int32_t id : result->prompt_ids) usage->add_prompt_ids(id);
+    for (std::int32_t id : outcome->prompt_ids) usage->add_prompt_ids(id);
   hearth::v1::Timings* t = done.mutable_timings();
-  t->set_queue_s(record.queue_s);
-  t->set_time_to_first_token_s(record.time_to_first_token_s < 0 ? 0 : record.time_to_first_token_s);
-  t->set_prefill_tokens_per_s(result->stats.prefill_tokens_per_s());
-  t->set_decode_tokens_per_s(result->stats.decode_tokens_per_s());
-  t->set_total_s(seconds_between(arrival, Clock::now()));
+  t->set_queue_s(outcome->queue_s);
+  t->set_time_to_first_token_s(outcome->time_to_first_token_s);
+  t->set_prefill_tokens_per_s(outcome->prefill_tokens_per_s);
+  t->set_decode_tokens_per_s(outcome->decode_tokens_per_s);
+  t->set_total_s(outcome->total_s);
   if (complete != nullptr) {
     *complete->mutable_done() = std::move(done);
   } else {
@@ -260,16 +221,12 @@ grpc::Status InferenceService::run(grpc::ServerContext* context,
 
 grpc::Status InferenceService::observed(const char* method, const std::string& model,
                                         const std::function<grpc::Status()>& body) {
-  const Clock::time_point start = Clock::now();
+  RequestRecord record;
+  record.method = method;
   grpc::Status status = body();
-  if (observer_ != nullptr) {
-    RequestRecord record;
-    record.method = method;
-    if (!model.empty() && registry_.find(model).ok()) record.model = model;
-    record.code = status.error_code();
-    record.duration_s = seconds_between(start, Clock::now());
-    observer_->on_request_done(record);
-  }
+  if (!model.empty() && registry_.find(model).ok()) record.model = model;
+  path_.finish(record, absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                                    status.error_message()));
   return status;
 }
 

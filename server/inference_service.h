@@ -1,18 +1,19 @@
 // The hearth.v1.Inference gRPC service (proto/hearth/v1/inference.proto).
 //
+// A thin adapter over the transport-neutral RequestPath
+// (server/request_path.h): Generate and Complete parse the request bytes,
+// map the proto to plain values, and hand them to the path with a sink for
+// the pieces and the call's context (deadline, IsCancelled); the path
+// validates, admits, and runs the generation in the model's step loop.
 // Threads: the synchronous gRPC server runs each call on one of its worker
-// threads, start to finish. A Generate call validates and tokenizes the
-// request, borrows an instance of the model (ModelPool::acquire, waiting in
-// the model's bounded queue), and runs engine::generate on that same worker
-// thread: the generation takes a lease on the thread's caching temp
-// allocator, which is reset after every step and when the generation ends.
-// Kernel work fans out to the process's kernel thread pool. The stream's
-// pieces are written by a PieceWriter's thread (server/piece_writer.h), so
-// the decode loop does not wait for each Write.
+// threads, start to finish; it waits in RequestPath::generate while the
+// model's step loop thread steps the sequence. A Generate stream's pieces
+// are written by a PieceWriter's thread (server/piece_writer.h), so the step
+// loop never waits for a Write; a stream whose queue is full sits out steps.
 //
-// Cancellation is checked before every decode step and between prefill
-// chunks: client cancellation or disconnect, the call's deadline, a failed
-// write (the stream is gone), and the server's abort (grace period over).
+// Cancellation is checked before every step: client cancellation or
+// disconnect, the call's deadline, a failed write (the stream is gone), and
+// the server's abort (grace period over).
 //
 // Auth: with a bearer token configured, every hearth.v1 call must carry
 // metadata "authorization: Bearer <token>" (compared in constant time);
@@ -28,6 +29,7 @@
 #include "server/model_registry.h"
 #include "server/piece_writer.h"
 #include "server/request_observer.h"
+#include "server/request_path.h"
 
 namespace hearth::server {
 
@@ -58,11 +60,11 @@ class InferenceService final : public hearth::v1::Inference::Service {
 
   // Cancels every running generation at its next step (the grace period is
   // over); they end with UNAVAILABLE.
-  void abort_all() { aborted_.store(true, std::memory_order_release); }
+  void abort_all() { path_.abort_all(); }
 
  private:
   grpc::Status check_auth(const grpc::ServerContext& context) const;
-  // Runs `body` and tells the observer how the call ended.
+  // Runs `body` and tells the observer (through the path) how the call ended.
   grpc::Status observed(const char* method, const std::string& model,
                         const std::function<grpc::Status()>& body);
   grpc::Status unobserved_Tokenize(grpc::ServerContext* context,
@@ -87,8 +89,7 @@ class InferenceService final : public hearth::v1::Inference::Service {
 
   ModelRegistry& registry_;
   const ServiceOptions options_;
-  RequestObserver* observer_;  // may be nullptr; outlives the service
-  std::atomic<bool> aborted_{false};
+  RequestPath path_;         // validation, admission, generation, records
   PieceWriterPool writers_;  // Generate streams' writer threads
 };
 

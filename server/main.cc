@@ -34,6 +34,9 @@ Models (with none, the built-in synthetic demo model is served as "demo"):
   --queue N                 requests that may wait per model (default 8)
   --context N               KV positions per instance (default: the model's, at most 4096)
   --kv-cache int8|float     KV cache type (default int8)
+  --step-tokens N           token budget of one batched step: decode rows + prompt chunks
+                            (default 32; larger admits prompts faster, smaller keeps
+                            inter-token latency low while prompts are admitted)
   --keep-going              serve the models that load when another fails
 Network:
   --listen ADDR             gRPC address (default 0.0.0.0:50051; port 0 picks one)
@@ -79,6 +82,7 @@ int main(int argc, char** argv) {
                       "queue",
                       "context",
                       "kv-cache",
+                      "step-tokens",
                       "listen",
                       "metrics-listen",
                       "max-message-bytes",
@@ -124,6 +128,12 @@ int main(int argc, char** argv) {
     if (kv != "int8" && kv != "float")
       return usage_error("hearth-server: --kv-cache: '" + kv + "' is not int8 or float");
     defaults.kv_cache = kv == "int8" ? engine::KvCacheType::kInt8 : engine::KvCacheType::kFloat;
+  }
+
+  if (flags.has("step-tokens")) {
+    if (!flags.get_int("step-tokens", 1, server::kMaxStepTokens, &v))
+      return usage_error(flags.error());
+    defaults.step_tokens = static_cast<std::size_t>(v);
   }
 
   server::ServerOptions options;
@@ -228,7 +238,7 @@ int main(int argc, char** argv) {
     metrics_address = str_cat(metrics_host, ":", metrics->port());
   }
 
-  server::HearthServer srv(options, metrics.get());
+  server::HearthServer srv(options, metrics.get(), metrics.get());
   // Declared after `srv`, so destroyed before it on every return path: no
   // scrape reads the registry while `srv` destroys it.
   server::MetricsRegistryBinding metrics_binding(metrics.get(), srv.registry());

@@ -10,7 +10,8 @@
 namespace hearth::server {
 
 absl::StatusOr<std::unique_ptr<ModelPool>> ModelPool::load(const ModelSpec& spec,
-                                                           kernels::ThreadPool* kernel_pool) {
+                                                           kernels::ThreadPool* kernel_pool,
+                                                           StepObserver* steps) {
   std::unique_ptr<ModelPool> pool(new ModelPool(spec));
   auto fail = [&](const absl::Status& s) {
     return absl::Status(s.code(),
@@ -60,6 +61,12 @@ absl::StatusOr<std::unique_ptr<ModelPool>> ModelPool::load(const ModelSpec& spec
   pool->context_ = pool->instances_.front()->context_length();
   pool->max_chunk_ = options.max_chunk;
   pool->instance_memory_ = pool->instances_.front()->memory_report();
+  StepLoopOptions loop_options;
+  loop_options.step_tokens = spec.step_tokens;
+  loop_options.max_sequences = spec.instances;
+  auto loop = StepLoop::start(spec.name, pool->weights_, loop_options, kernel_pool, steps);
+  if (!loop.ok()) return fail(loop.status());
+  pool->step_loop_ = std::move(*loop);
   return pool;
 }
 
@@ -151,8 +158,18 @@ bool ModelPool::wait_idle(Clock::time_point deadline) {
 }
 
 PoolCounters ModelPool::counters() const {
-  std::lock_guard<std::mutex> lock(mu_);
-  return {instances_.size(), instances_.size() - free_.size(), waiters_.size(), spec_.queue};
+  PoolCounters n;
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    n.instances = instances_.size();
+    n.busy = instances_.size() - free_.size();
+    n.queue_depth = waiters_.size();
+    n.queue_capacity = spec_.queue;
+  }
+  n.running = step_loop_->running();
+  n.kv_positions_used = step_loop_->kv_positions_in_use();
+  n.kv_positions_total = instances_.size() * context_;
+  return n;
 }
 
 }  // namespace hearth::server

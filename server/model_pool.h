@@ -36,28 +36,33 @@
 #include "engine/tokenizer.h"
 #include "engine/weights.h"
 #include "server/model_spec.h"
+#include "server/step_loop.h"
 
 namespace hearth::server {
-
-using Clock = std::chrono::steady_clock;
 
 inline constexpr std::chrono::milliseconds kCancelPollInterval{10};
 
 struct PoolCounters {
   std::size_t instances = 0;
-  std::size_t busy = 0;
-  std::size_t queue_depth = 0;
+  std::size_t busy = 0;         // instances lent out (running or about to)
+  std::size_t queue_depth = 0;  // requests waiting for an instance
   std::size_t queue_capacity = 0;
+  std::size_t running = 0;             // sequences in the step loop
+  std::size_t kv_positions_used = 0;   // KV positions the running sequences hold
+  std::size_t kv_positions_total = 0;  // instances x context
 };
 
 class ModelPool {
  public:
   // Loads the model (or synthesizes the demo model), its tokenizer, and
   // spec.instances warm Modules, each run once on a short prompt so that its
-  // memory is touched before the first request. `kernel_pool` may be nullptr
-  // (the process's default pool). Errors name the model and the file.
+  // memory is touched before the first request, then starts the model's
+  // StepLoop (every generation of the model runs there). `kernel_pool` may
+  // be nullptr (the process's default pool); `steps` (may be nullptr) hears
+  // of every step. Errors name the model and the file.
   static absl::StatusOr<std::unique_ptr<ModelPool>> load(const ModelSpec& spec,
-                                                         kernels::ThreadPool* kernel_pool);
+                                                         kernels::ThreadPool* kernel_pool,
+                                                         StepObserver* steps = nullptr);
   ~ModelPool();
 
   class Lease {
@@ -98,6 +103,8 @@ class ModelPool {
   // One instance's memory as measured after its warm-up at load (every
   // instance of a model has the same plan; weights are shared by all).
   const engine::ModuleMemoryReport& instance_memory() const { return instance_memory_; }
+  // The loop that steps every generation of this model.
+  StepLoop& step_loop() const { return *step_loop_; }
 
  private:
   explicit ModelPool(ModelSpec spec) : spec_(std::move(spec)) {}
@@ -112,6 +119,7 @@ class ModelPool {
   std::size_t max_chunk_ = 0;
   std::uint64_t parameters_ = 0;
   engine::ModuleMemoryReport instance_memory_;
+  std::unique_ptr<StepLoop> step_loop_;  // started last, stopped first
 
   mutable std::mutex mu_;
   std::condition_variable changed_;  // an instance came back, a waiter left, or draining

@@ -28,7 +28,7 @@ ModelRegistry::~ModelRegistry() = default;
 
 absl::Status ModelRegistry::load_all(
     kernels::ThreadPool* kernel_pool, bool keep_going,
-    const std::function<void(const std::string&, ModelState)>& on_state) {
+    const std::function<void(const std::string&, ModelState)>& on_state, StepObserver* steps) {
   absl::Status first_error;
   std::size_t n;
   {
@@ -42,7 +42,7 @@ absl::Status ModelRegistry::load_all(
       spec = entries_[i].spec;
     }
     const Clock::time_point t0 = Clock::now();
-    absl::StatusOr<std::unique_ptr<ModelPool>> pool = ModelPool::load(spec, kernel_pool);
+    absl::StatusOr<std::unique_ptr<ModelPool>> pool = ModelPool::load(spec, kernel_pool, steps);
     ModelState state;
     {
       std::lock_guard<std::mutex> lock(mu_);

@@ -37,8 +37,10 @@ class ModelRegistry {
   // Loads every model in order. Each one that loads becomes SERVING (and
   // `on_state` is told). When one fails it is FAILED with the error, and
   // load_all returns that error unless `keep_going` (serve the others).
+  // `steps` (may be nullptr) hears of every batched step of every model.
   absl::Status load_all(kernels::ThreadPool* kernel_pool, bool keep_going,
-                        const std::function<void(const std::string&, ModelState)>& on_state);
+                        const std::function<void(const std::string&, ModelState)>& on_state,
+                        StepObserver* steps = nullptr);
 
   // The pool serving `name`. NOT_FOUND (listing the served names) for an
   // unknown name; UNAVAILABLE while loading, draining or failed.

@@ -39,6 +39,8 @@ absl::Status apply(std::string_view key, std::string_view value, ModelSpec& spec
     if (!parse_count(value, 0, kMaxQueue, &spec.queue)) return range(0, kMaxQueue);
   } else if (key == "context") {
     if (!parse_count(value, 0, kMaxContext, &spec.context)) return range(0, kMaxContext);
+  } else if (key == "step_tokens") {
+    if (!parse_count(value, 1, kMaxStepTokens, &spec.step_tokens)) return range(1, kMaxStepTokens);
   } else if (key == "kv_cache") {
     if (value == "int8") {
       spec.kv_cache = engine::KvCacheType::kInt8;
@@ -48,8 +50,8 @@ absl::Status apply(std::string_view key, std::string_view value, ModelSpec& spec
       return absl::InvalidArgumentError(str_cat("kv_cache: '", value, "' is not int8 or float"));
     }
   } else {
-    return absl::InvalidArgumentError(
-        str_cat("unknown key '", key, "' (known: path, instances, queue, context, kv_cache)"));
+    return absl::InvalidArgumentError(str_cat(
+        "unknown key '", key, "' (known: path, instances, queue, context, kv_cache, step_tokens)"));
   }
   return absl::OkStatus();
 }

@@ -8,6 +8,7 @@
 //   queue = 16           # requests that may wait for an instance (default: --queue, 8)
 //   context = 2048       # KV positions per instance (default: the model's, capped at 4096)
 //   kv_cache = int8      # int8 | float (default: --kv-cache, int8)
+//   step_tokens = 32     # token budget of one batched step (default: --step-tokens, 32)
 //
 // `path = builtin:demo` serves the built-in synthetic demo model.
 #pragma once
@@ -25,6 +26,9 @@ namespace hearth::server {
 // The source name of the built-in synthetic demo model.
 inline constexpr std::string_view kDemoSource = "builtin:demo";
 
+inline constexpr std::size_t kDefaultStepTokens = 32;
+inline constexpr std::size_t kMaxStepTokens = 1024;
+
 struct ModelSpec {
   std::string name;
   std::string path;  // a GGUF file, or kDemoSource
@@ -32,6 +36,9 @@ struct ModelSpec {
   std::size_t queue = 8;
   std::size_t context = 0;  // 0: the model's own, capped at 4096
   engine::KvCacheType kv_cache = engine::KvCacheType::kInt8;
+  // Token budget of one batched step of the model's step loop: decode rows
+  // plus prompt-chunk rows (server/step_loop.h).
+  std::size_t step_tokens = kDefaultStepTokens;
 
   bool is_demo() const { return path == kDemoSource; }
 };

@@ -33,6 +33,11 @@ bool PieceWriter::push(std::string_view text, std::int32_t token) {
   return true;
 }
 
+bool PieceWriter::has_room(std::size_t pieces) {
+  std::lock_guard<std::mutex> lock(mu_);
+  return kCapacity - count_ >= pieces || failed();
+}
+
 bool PieceWriter::finish() {
   std::unique_lock<std::mutex> lock(mu_);
   space_.wait(lock, [&] { return count_ == 0; });

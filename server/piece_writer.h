@@ -60,6 +60,9 @@ class PieceWriter {
   // Queues a piece, waiting while kCapacity are queued. False when a write of
   // this stream has failed (the piece is dropped).
   bool push(std::string_view text, std::int32_t token);
+  // Whether `pieces` more can be queued without waiting (or a write has
+  // failed, so push() would drop them at once).
+  bool has_room(std::size_t pieces);
   // Whether a write of the current stream has failed.
   bool failed() const { return failed_.load(std::memory_order_acquire); }
   // Waits until every queued piece is written (or dropped after a failure)

@@ -1,11 +1,13 @@
-// Turning a hearth.v1.GenerateRequest into an engine request: every field
-// that can be checked without the model's tokenizer is checked here, and a
-// mistake is an InvalidArgument whose message starts with the proto field's
-// name and states its limit ("max_tokens: 0 is out of range: allowed [1,
-// 4096]", "sampling.top_p = nan is out of range: allowed (0, 1]",
-// "stop[3]: must not be empty"). Proto defaults map to engine defaults
-// (top_p and repetition_penalty 0 mean off; max_tokens unset means 128).
-// Pure function: no I/O, no model; fuzzed by fuzz/request_validation_fuzz.cc.
+// Turning a hearth.v1.GenerateRequest into an engine request. The mapping
+// (map_generation_request) gives proto defaults their engine meaning (top_p
+// and repetition_penalty 0 mean off; max_tokens unset means 128, or the
+// limit when lower); the checks of the values are the request path's
+// (check_generation_request in server/request_path.h), so every front end
+// shares them. A mistake is an InvalidArgument whose message starts with the
+// field's name and states its limit ("max_tokens: 0 is out of range:
+// allowed [1, 4096]", "sampling.top_p = nan is out of range: allowed (0,
+// 1]", "stop[3]: must not be empty"). Pure functions: no I/O, no model;
+// fuzzed by fuzz/request_validation_fuzz.cc.
 #pragma once
 
 #include <cstddef>
@@ -14,13 +16,9 @@
 #include "absl/status/status.h"
 #include "engine/generation.h"
 #include "hearth/v1/inference.pb.h"
+#include "server/request_path.h"
 
 namespace hearth::server {
-
-// Request limits (documented in the proto).
-inline constexpr std::size_t kDefaultMaxTokens = 128;
-inline constexpr std::size_t kMaxStopStrings = 16;
-inline constexpr std::size_t kMaxStopBytes = 256;
 
 // Parses a request message from its wire bytes. gRPC's own parser refuses a
 // message with invalid UTF-8 in a string field with a bare INTERNAL status;
@@ -30,6 +28,10 @@ inline constexpr std::size_t kMaxStopBytes = 256;
 // message".
 absl::Status parse_request(std::string_view bytes, google::protobuf::Message& out);
 
+// Maps every field; never fails.
+void map_generation_request(const hearth::v1::GenerateRequest& request,
+                            std::size_t max_tokens_limit, engine::GenerationRequest& out);
+// map_generation_request, then check_generation_request.
 absl::Status to_generation_request(const hearth::v1::GenerateRequest& request,
                                    std::size_t max_tokens_limit, engine::GenerationRequest& out);
 

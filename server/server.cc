@@ -22,9 +22,10 @@ absl::StatusOr<std::string> read_file(const std::string& path, const char* flag)
 
 }  // namespace
 
-HearthServer::HearthServer(ServerOptions options, RequestObserver* observer)
+HearthServer::HearthServer(ServerOptions options, RequestObserver* observer, StepObserver* steps)
     : options_(std::move(options)),
       registry_(options_.models),
+      steps_(steps),
       service_(registry_, options_.service, observer) {}
 
 HearthServer::~HearthServer() {
@@ -106,10 +107,12 @@ absl::StatusOr<int> HearthServer::start() {
 }
 
 absl::Status HearthServer::load(kernels::ThreadPool* kernel_pool) {
-  absl::Status s = registry_.load_all(kernel_pool, options_.keep_going,
-                                      [this](const std::string& name, ModelState state) {
-                                        set_health(name, state == ModelState::kServing);
-                                      });
+  absl::Status s = registry_.load_all(
+      kernel_pool, options_.keep_going,
+      [this](const std::string& name, ModelState state) {
+        set_health(name, state == ModelState::kServing);
+      },
+      steps_);
   bool any = false;
   for (const ModelEntry& e : registry_.entries()) any = any || e.state == ModelState::kServing;
   if (!s.ok() && (!options_.keep_going || !any)) return s;

@@ -11,7 +11,8 @@
 //              UNAVAILABLE), in-flight generations get up to the grace period
 //              to finish, then are cancelled; the gRPC server stops.
 // Threads: gRPC's synchronous server runs each call on one of its worker
-// threads (at most `worker_threads`); start/load/shutdown are called from the
+// threads (at most `worker_threads`), which waits while the model's step
+// loop thread runs the generation; start/load/shutdown are called from the
 // main thread.
 #pragma once
 
@@ -47,7 +48,10 @@ struct ServerOptions {
 
 class HearthServer {
  public:
-  explicit HearthServer(ServerOptions options, RequestObserver* observer = nullptr);
+  // `observer` hears of every call and `steps` of every batched step; both
+  // may be nullptr and must outlive the server.
+  explicit HearthServer(ServerOptions options, RequestObserver* observer = nullptr,
+                        StepObserver* steps = nullptr);
   ~HearthServer();
 
   // Binds and starts; returns the bound port (the one picked when the listen
@@ -66,6 +70,7 @@ class HearthServer {
 
   ServerOptions options_;
   ModelRegistry registry_;
+  StepObserver* steps_;
   InferenceService service_;
   std::unique_ptr<grpc::Server> server_;
 };

@@ -1,0 +1,194 @@
+#include "engine/forward_pass.h"
+
+#include <array>
+#include <cmath>
+#include <initializer_list>
+
+#include "engine/str_cat.h"
+#include "kernels/block_ops.h"
+#include "kernels/embedding.h"
+#include "kernels/sdpa.h"
+
+namespace hearth::engine {
+namespace {
+
+// How much of its next range a worker prefetches while it waits in decode:
+// a gap between regions lasts a few to tens of microseconds, at most a few
+// hundred kilobytes of streaming; well inside a 1-2 MiB L2.
+constexpr std::size_t kHintBytes = 256 << 10;
+
+std::size_t round_up(std::size_t n, std::size_t align) { return (n + align - 1) / align * align; }
+
+// Floats per row of each activation buffer, in ActivationBuffers' order.
+struct BufferShape {
+  const char* name;
+  float* ActivationBuffers::*member;
+  std::size_t per_row;
+};
+
+std::array<BufferShape, 9> shapes(const ModelConfig& c) {
+  using A = ActivationBuffers;
+  return {{{"x", &A::x, c.n_embd},
+           {"xn", &A::xn, c.n_embd},
+           {"q", &A::q, c.q_dim()},
+           {"k", &A::k, c.kv_dim()},
+           {"v", &A::v, c.kv_dim()},
+           {"attn", &A::attn, c.q_dim()},
+           {"tmp", &A::tmp, c.n_embd},
+           {"gate", &A::gate, c.n_ff},
+           {"up", &A::up, c.n_ff}}};
+}
+
+kernels::RopeConfig rope_config(const ModelConfig& c, const ModelWeights& w) {
+  kernels::RopeConfig rope;
+  rope.style = c.rope_neox ? kernels::RopeStyle::kNeox : kernels::RopeStyle::kNormal;
+  rope.rot_dim = c.rope_dim;
+  rope.base = c.rope_base;
+  rope.freq_scale = c.rope_freq_scale;
+  rope.freq_factors = w.rope_freq_factors().empty() ? nullptr : w.rope_freq_factors().data();
+  return rope;
+}
+
+// RoPE, KV append and attention of one sequence's rows in layer `l`.
+absl::Status attend(const ModelConfig& c, const ActivationBuffers& b, const SequenceRows& s,
+                    std::size_t l, const kernels::RopeConfig& rope, float attn_scale,
+                    MemoryAllocator& scratch, kernels::ThreadPool* pool) {
+  float* q = b.q + s.first_row * c.q_dim();
+  float* k = b.k + s.first_row * c.kv_dim();
+  const float* v = b.v + s.first_row * c.kv_dim();
+  float* out = b.attn + s.first_row * c.q_dim();
+  kernels::rope(q, s.rows, c.n_head, c.head_dim, s.start_pos, rope, pool);
+  kernels::rope(k, s.rows, c.n_head_kv, c.head_dim, s.start_pos, rope, pool);
+  if (!s.kv.int8.empty()) {
+    const kernels::QuantizedKvView& kv = s.kv.int8[l];
+    if (absl::Status st = kernels::kv_append(kv, s.start_pos, k, v, s.rows); !st.ok()) return st;
+    return kernels::sdpa(q, s.rows, s.start_pos, c.n_head, kv, attn_scale, out, scratch, pool);
+  }
+  const kernels::FloatKvView& kv = s.kv.f32[l];
+  if (absl::Status st = kernels::kv_append(kv, s.start_pos, k, v, s.rows); !st.ok()) return st;
+  return kernels::sdpa(q, s.rows, s.start_pos, c.n_head, kv, attn_scale, out, scratch, pool);
+}
+
+}  // namespace
+
+const char* kv_cache_type_name(KvCacheType t) { return t == KvCacheType::kInt8 ? "int8" : "float"; }
+
+std::size_t ActivationBuffers::bytes_for(const ModelConfig& c, std::size_t rows,
+                                         std::size_t align) {
+  std::size_t bytes = 0;
+  for (const BufferShape& s : shapes(c)) bytes += round_up(rows * s.per_row * sizeof(float), align);
+  return bytes;
+}
+
+absl::StatusOr<ActivationBuffers> ActivationBuffers::carve(const ModelConfig& c, std::size_t rows,
+                                                           StatsAllocator& planned,
+                                                           std::size_t align) {
+  ActivationBuffers b;
+  b.rows = rows;
+  for (const BufferShape& s : shapes(c)) {
+    float* p = planned.allocate_array<float>(rows * s.per_row, align);
+    if (p == nullptr)
+      return absl::ResourceExhaustedError(
+          str_cat("planned memory exhausted while laying out activation buffer '", s.name, "' (",
+                  rows * s.per_row * sizeof(float), " bytes)"));
+    b.*s.member = p;
+  }
+  return b;
+}
+
+absl::Status run_layers(const ModelWeights& w, const ActivationBuffers& b,
+                        std::span<const std::int32_t> tokens,
+                        std::span<const SequenceRows> sequences, MemoryAllocator& scratch,
+                        kernels::ThreadPool* pool) {
+  const ModelConfig& c = w.config();
+  const std::size_t n = tokens.size();
+  const std::size_t d = c.n_embd;
+  if (n == 0 || n > b.rows)
+    return absl::InvalidArgumentError(
+        str_cat("forward: ", n, " rows; the step's buffers hold 1 to ", b.rows));
+  if (absl::Status s = kernels::embedding_lookup(w.embedding(), w.embedding_type(), c.n_vocab, d,
+                                                 tokens.data(), n, b.x, pool);
+      !s.ok())
+    return s;
+  const kernels::RopeConfig rope = rope_config(c, w);
+  const float attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+
+  // Decode streams every weight once per token; before each projection's
+  // region, the pool's workers are told where the next projection starts
+  // for them, so they fetch it while waiting for the caller.
+  const bool hint = n == 1;
+  const auto hint_next = [&](std::initializer_list<const kernels::Linear*> next) {
+    if (hint)
+      kernels::Linear::hint_decode(
+          std::span<const kernels::Linear* const>(next.begin(), next.size()), pool, kHintBytes);
+  };
+
+  for (std::size_t l = 0; l < c.n_layer; ++l) {
+    // A layer's scratch is dead once it ends (activations live in planned
+    // memory): recycling it bounds temp memory by one layer, not the depth.
+    scratch.reset();
+    const LayerWeights& L = w.layers()[l];
+    kernels::rms_norm(b.x, L.attn_norm.data(), n, d, c.rms_eps, b.xn, pool);
+    const kernels::Linear* qkv[] = {&L.wq, &L.wk, &L.wv};
+    float* const qkv_out[] = {b.q, b.k, b.v};
+    hint_next({&L.wo});
+    if (absl::Status s = kernels::Linear::forward_same_input(qkv, b.xn, n, qkv_out, scratch, pool);
+        !s.ok())
+      return s;
+    if (!L.bq.empty()) {
+      kernels::add_rows_inplace(b.q, L.bq.data(), n, c.q_dim(), pool);
+      kernels::add_rows_inplace(b.k, L.bk.data(), n, c.kv_dim(), pool);
+      kernels::add_rows_inplace(b.v, L.bv.data(), n, c.kv_dim(), pool);
+    }
+    for (const SequenceRows& s : sequences)
+      if (absl::Status st = attend(c, b, s, l, rope, attn_scale, scratch, pool); !st.ok())
+        return st;
+    hint_next({&L.w_gate, &L.w_up});
+    if (absl::Status s = L.wo.forward(b.attn, n, b.tmp, scratch, pool); !s.ok()) return s;
+    kernels::add_inplace(b.x, b.tmp, n * d, pool);
+
+    kernels::rms_norm(b.x, L.ffn_norm.data(), n, d, c.rms_eps, b.xn, pool);
+    const kernels::Linear* gate_up[] = {&L.w_gate, &L.w_up};
+    float* const gate_up_out[] = {b.gate, b.up};
+    hint_next({&L.w_down});
+    if (absl::Status s =
+            kernels::Linear::forward_same_input(gate_up, b.xn, n, gate_up_out, scratch, pool);
+        !s.ok())
+      return s;
+    kernels::swiglu(b.gate, b.up, n * c.n_ff, b.gate, pool);
+    if (l + 1 < c.n_layer) {
+      const LayerWeights& N = w.layers()[l + 1];
+      hint_next({&N.wq, &N.wk, &N.wv});
+    } else {
+      hint_next({&w.output()});
+    }
+    if (absl::Status s = L.w_down.forward(b.gate, n, b.tmp, scratch, pool); !s.ok()) return s;
+    kernels::add_inplace(b.x, b.tmp, n * d, pool);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status project_logits(const ModelWeights& w, const ActivationBuffers& b,
+                            std::span<const std::size_t> rows, float* logits,
+                            MemoryAllocator& scratch, kernels::ThreadPool* pool) {
+  const ModelConfig& c = w.config();
+  const std::size_t d = c.n_embd;
+  if (rows.size() > b.rows)
+    return absl::InvalidArgumentError(
+        str_cat("project_logits: ", rows.size(), " rows; the buffers hold ", b.rows));
+  scratch.reset();
+  // Rows that are already the step's first rows, in order, are normalized in
+  // one call; any other selection is gathered row by row.
+  bool leading = true;
+  for (std::size_t i = 0; i < rows.size() && leading; ++i) leading = rows[i] == i;
+  if (leading) {
+    kernels::rms_norm(b.x, w.output_norm().data(), rows.size(), d, c.rms_eps, b.xn, pool);
+  } else {
+    for (std::size_t i = 0; i < rows.size(); ++i)
+      kernels::rms_norm(b.x + rows[i] * d, w.output_norm().data(), 1, d, c.rms_eps, b.xn + i * d,
+                        pool);
+  }
+  return w.output().forward(b.xn, rows.size(), logits, scratch, pool);
+}
+
+}  // namespace hearth::engine

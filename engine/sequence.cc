@@ -1,0 +1,125 @@
+#include "engine/sequence.h"
+
+#include <algorithm>
+
+#include "absl/status/status.h"
+#include "engine/str_cat.h"
+
+namespace hearth::engine {
+
+Sequence::Sequence(const Tokenizer& tokenizer, const GenerationRequest& request,
+                   std::size_t context, std::size_t n_vocab)
+    : tokenizer_(tokenizer),
+      context_(context),
+      max_tokens_(request.max_tokens),
+      ignore_eos_(request.ignore_eos),
+      sampler_(request.sampling, n_vocab),
+      // Generated text continues the prompt: a first "▁there" keeps its space.
+      decoder_(tokenizer, TokenStreamDecoder::Start::kContinuation),
+      stops_(request.stop),
+      prompt_(request.prompt_ids) {}
+
+absl::StatusOr<std::unique_ptr<Sequence>> Sequence::start(const Tokenizer& tokenizer,
+                                                          const GenerationRequest& request,
+                                                          std::size_t context,
+                                                          std::size_t n_vocab) {
+  if (absl::Status s = validate_sampling(request.sampling); !s.ok()) return s;
+  const std::size_t n_prompt = request.prompt_ids.size();
+  if (n_prompt == 0) return absl::InvalidArgumentError("prompt: tokenizes to no tokens");
+  for (std::int32_t id : request.prompt_ids)
+    if (id < 0 || static_cast<std::size_t>(id) >= n_vocab)
+      return absl::InvalidArgumentError(
+          str_cat("prompt_ids: token id ", id, " is outside the vocabulary [0, ", n_vocab, ")"));
+  if (n_prompt >= context)
+    return absl::InvalidArgumentError(
+        str_cat("prompt: ", n_prompt, " tokens do not fit the context of ", context,
+                " tokens (at most ", context - 1, " leave room to generate)"));
+  std::unique_ptr<Sequence> s(new Sequence(tokenizer, request, context, n_vocab));
+  // Everything a decode step writes is reserved now: a step allocates nothing.
+  // One token adds at most its text plus a held-back character, each
+  // invalid byte of which may become a 3-byte U+FFFD.
+  const std::size_t piece_bytes = 3 * (tokenizer.max_text_bytes() + 4);
+  s->history_.reserve(n_prompt + request.max_tokens + 1);
+  s->history_ = s->prompt_;
+  s->generated_.reserve(request.max_tokens);
+  s->decoded_.reserve(piece_bytes);
+  s->stops_.reserve(piece_bytes);
+  s->piece_.reserve(piece_bytes + 256);
+  return s;
+}
+
+std::span<const std::int32_t> Sequence::next_tokens(std::size_t budget) const {
+  if (finished_) return {};
+  if (prefilling())
+    return std::span<const std::int32_t>(prompt_).subspan(
+        pos_, std::min(std::max<std::size_t>(budget, 1), prompt_.size() - pos_));
+  return std::span<const std::int32_t>(&last_, 1);
+}
+
+void Sequence::emit_piece(std::int32_t token, const PieceFn& emit) {
+  if (keep_text_) text_.append(piece_);
+  if (emit) emit(piece_, token);
+}
+
+absl::Status Sequence::advance(std::size_t n, const float* logits, MemoryAllocator& scratch,
+                               const PieceFn& emit) {
+  if (finished_) return absl::FailedPreconditionError("Sequence::advance: already finished");
+  if (n == 0 || n > next_tokens(n).size())
+    return absl::InvalidArgumentError(str_cat("Sequence::advance: ", n, " tokens ran"));
+  const bool ended_prompt = prefilling() && pos_ + n == prompt_.size();
+  pos_ += n;
+  if (prefilling()) return absl::OkStatus();  // a chunk in the middle of the prompt
+  if (ended_prompt && max_tokens_ == 0) {
+    end(FinishReason::kMaxTokens, emit);
+    return absl::OkStatus();
+  }
+  if (logits == nullptr) return absl::InvalidArgumentError("Sequence::advance: logits needed");
+  const std::int32_t token = sampler_.sample(logits, history_, scratch);
+  if (token < 0)
+    return absl::ResourceExhaustedError(
+        "sampler: the temp allocator could not provide scratch memory");
+  if (!ignore_eos_ && tokenizer_.is_eog(token)) {
+    end(FinishReason::kEos, emit);
+    return absl::OkStatus();
+  }
+  generated_.push_back(token);
+  history_.push_back(token);
+  last_ = token;
+  decoded_.clear();
+  decoder_.push(token, decoded_);
+  piece_.clear();
+  stops_.push(decoded_, piece_);
+  emit_piece(token, emit);
+  if (stops_.stopped()) {
+    finished_ = true;
+    finish_ = FinishReason::kStopString;
+  } else if (generated_.size() >= max_tokens_) {
+    end(FinishReason::kMaxTokens, emit);
+  } else if (pos_ >= context_) {
+    end(FinishReason::kContextLimit, emit);
+  }
+  return absl::OkStatus();
+}
+
+void Sequence::cancel(const PieceFn& emit) {
+  if (!finished_) end(FinishReason::kCancelled, emit);
+}
+
+void Sequence::end(FinishReason reason, const PieceFn& emit) {
+  finished_ = true;
+  finish_ = reason;
+  // Whatever the decoder and the stop matcher still hold goes out, unless
+  // it completes a stop string.
+  decoded_.clear();
+  decoder_.flush(decoded_);
+  piece_.clear();
+  stops_.push(decoded_, piece_);
+  if (stops_.stopped()) {
+    finish_ = FinishReason::kStopString;
+  } else {
+    stops_.flush(piece_);
+  }
+  if (!piece_.empty()) emit_piece(-1, emit);
+}
+
+}  // namespace hearth::engine

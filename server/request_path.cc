@@ -1,0 +1,156 @@
+#include "server/request_path.h"
+
+#include <optional>
+
+#include "engine/sequence.h"
+#include "engine/str_cat.h"
+#include "memory/thread_temp_allocator.h"
+
+namespace hearth::server {
+namespace {
+
+absl::Status invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// Passes pieces on to the front end's sink and times the tokens for the
+// observer: time to first token from arrival, then token to token. Runs on
+// the step loop's thread; the record is read by the request's thread only
+// after StepLoop::run returns.
+class TimedSink final : public PieceSink {
+ public:
+  TimedSink(PieceSink& out, RequestRecord& record, RequestObserver* observer)
+      : out_(out), record_(record), observer_(observer) {}
+  bool has_room(std::size_t pieces) const override { return out_.has_room(pieces); }
+  bool failed() const override { return out_.failed(); }
+  void piece(std::string_view text, std::int32_t token) override {
+    if (token >= 0) {
+      const Clock::time_point now = Clock::now();
+      if (tokens_ == 0) {
+        record_.time_to_first_token_s = seconds_between(record_.arrival, now);
+      } else if (observer_ != nullptr) {
+        observer_->on_inter_token(record_.model, seconds_between(last_, now));
+      }
+      last_ = now;
+      ++tokens_;
+    } else if (text.empty()) {
+      return;  // nothing held back at the end
+    }
+    out_.piece(text, token);
+  }
+
+ private:
+  PieceSink& out_;
+  RequestRecord& record_;
+  RequestObserver* observer_;
+  Clock::time_point last_{};
+  std::size_t tokens_ = 0;
+};
+
+}  // namespace
+
+absl::Status check_generation_request(const engine::GenerationRequest& r,
+                                      std::size_t max_tokens_limit) {
+  if (r.prompt.empty()) return invalid("prompt: must not be empty");
+  if (r.max_tokens < 1 || r.max_tokens > max_tokens_limit)
+    return invalid(str_cat("max_tokens: ", r.max_tokens, " is out of range: allowed [1, ",
+                           max_tokens_limit, "]"));
+  if (r.stop.size() > kMaxStopStrings)
+    return invalid(
+        str_cat("stop: ", r.stop.size(), " strings given, at most ", kMaxStopStrings, " allowed"));
+  for (std::size_t i = 0; i < r.stop.size(); ++i) {
+    const std::string& s = r.stop[i];
+    if (s.empty()) return invalid(str_cat("stop[", i, "]: must not be empty"));
+    if (s.size() > kMaxStopBytes)
+      return invalid(
+          str_cat("stop[", i, "]: ", s.size(), " bytes, at most ", kMaxStopBytes, " allowed"));
+  }
+  if (absl::Status s = engine::validate_sampling(r.sampling); !s.ok())
+    return invalid(str_cat("sampling.", s.message()));
+  return absl::OkStatus();
+}
+
+RequestPath::RequestPath(ModelRegistry& registry, RequestPathOptions options,
+                         RequestObserver* observer)
+    : registry_(registry), options_(options), observer_(observer) {}
+
+void RequestPath::finish(RequestRecord& record, const absl::Status& status) {
+  record.code = status.code();
+  record.duration_s = seconds_between(record.arrival, Clock::now());
+  if (observer_ != nullptr) observer_->on_request_done(record);
+}
+
+absl::StatusOr<GenerateOutcome> RequestPath::generate(const GenerateCall& call, PieceSink& sink,
+                                                      const CallContext& context,
+                                                      RequestRecord& record) {
+  record.method = call.method;
+  absl::StatusOr<ModelPool*> found = registry_.find(call.model);
+  if (!found.ok()) return found.status();
+  ModelPool& pool = **found;
+  record.model = pool.spec().name;
+  if (absl::Status s = check_generation_request(call.request, options_.max_tokens_limit); !s.ok())
+    return s;
+  const std::size_t vocab = pool.tokenizer().vocab_size();
+  const std::int32_t top_k = call.request.sampling.top_k;
+  if (top_k < 0 || static_cast<std::size_t>(top_k) > vocab)
+    return invalid(str_cat("sampling.top_k = ", top_k, " is out of range: allowed [0, ", vocab,
+                           "] (the vocabulary)"));
+
+  // The request's own work (tokenizing, the sequence's buffers) happens on
+  // this thread, before an instance is taken: a prompt that cannot run is
+  // refused without queueing.
+  TempAllocatorLease temp;
+  engine::GenerationRequest request = call.request;
+  absl::StatusOr<std::vector<std::int32_t>> ids =
+      pool.tokenizer().encode(request.prompt, request.tokenize);
+  if (!ids.ok()) return invalid(str_cat("prompt: ", ids.status().message()));
+  request.prompt_ids = std::move(*ids);
+  absl::StatusOr<std::unique_ptr<engine::Sequence>> sequence = engine::Sequence::start(
+      pool.tokenizer(), request, pool.context_length(), pool.weights().config().n_vocab);
+  if (!sequence.ok()) return sequence.status();
+  record.prompt_tokens = request.prompt_ids.size();
+
+  absl::StatusOr<ModelPool::Lease> lease = pool.acquire(context.deadline, context.cancelled);
+  const Clock::time_point started = Clock::now();
+  record.queue_s = seconds_between(record.arrival, started);
+  if (!lease.ok()) return lease.status();
+
+  TimedSink timed(sink, record, observer_);
+  absl::StatusOr<RunResult> run =
+      pool.step_loop().run(lease->module(), **sequence, timed, context, aborted_);
+  if (!run.ok()) return run.status();
+  const engine::Sequence& seq = **sequence;
+  record.generated_tokens = seq.generated_ids().size();
+  record.temp_lookups = run->temp_lookups;
+  record.temp_hits = run->temp_hits;
+  record.temp_peak_bytes = run->temp_peak_bytes;
+  switch (run->ended) {
+    case RunResult::Ended::kAborted:
+      return absl::UnavailableError("the server shut down before the generation finished");
+    case RunResult::Ended::kDeadline:
+      return absl::DeadlineExceededError(
+          str_cat("deadline exceeded after ", seq.generated_ids().size(), " generated tokens"));
+    case RunResult::Ended::kCancelled:
+      return absl::CancelledError("cancelled by the client");
+    case RunResult::Ended::kFinished:
+      break;
+  }
+
+  GenerateOutcome out;
+  out.finish = seq.finish();
+  out.prompt_ids.assign(seq.prompt_ids().begin(), seq.prompt_ids().end());
+  out.generated_tokens = seq.generated_ids().size();
+  out.instance = lease->index();
+  out.queue_s = record.queue_s;
+  out.time_to_first_token_s = record.time_to_first_token_s < 0 ? 0 : record.time_to_first_token_s;
+  out.prefill_tokens_per_s = run->prefill_s > 0 ? out.prompt_ids.size() / run->prefill_s : 0;
+  out.decode_tokens_per_s = run->decode_s > 0 && out.generated_tokens > 1
+                                ? (out.generated_tokens - 1) / run->decode_s
+                                : 0;
+  out.total_s = seconds_between(record.arrival, Clock::now());
+  return out;
+}
+
+}  // namespace hearth::server

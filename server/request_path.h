@@ -1,0 +1,100 @@
+// RequestPath: what every front end does for a generation, without knowing
+// the transport. The gRPC service (server/inference_service.h) is a thin
+// adapter over it; another front end reuses it unchanged.
+//
+// generate() takes plain request values, a sink for the pieces and a call
+// context (deadline, client cancellation), and
+//   1. finds the model (NOT_FOUND lists the served names; UNAVAILABLE while
+//      loading or draining) and checks every field against the model
+//      (INVALID_ARGUMENT naming the field and its limit);
+//   2. tokenizes the prompt on the calling thread, under a lease on its
+//      caching temp allocator (reset when the generation ends), and checks
+//      it fits the context, all before taking an instance;
+//   3. admits the request: ModelPool::acquire, the model's bounded FIFO
+//      queue (UNAVAILABLE at capacity, DEADLINE_EXCEEDED, CANCELLED);
+//   4. hands its engine::Sequence to the model's StepLoop and waits for it;
+//      pieces reach `sink` on the loop's thread, each token timed for the
+//      observer (time to first token, inter-token latency);
+//   5. maps how it ended to a status: CANCELLED (client), DEADLINE_EXCEEDED,
+//      UNAVAILABLE (the server's grace period ran out), or OK with the
+//      outcome (finish reason, usage, timings).
+// The caller ends the call (its last write) and then reports it with
+// finish(), which tells the observer once.
+//
+// Thread safety: every method may be called from any number of threads.
+#pragma once
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "engine/generation.h"
+#include "server/model_registry.h"
+#include "server/request_observer.h"
+#include "server/step_loop.h"
+
+namespace hearth::server {
+
+// Request limits (documented in the proto).
+inline constexpr std::size_t kDefaultMaxTokens = 128;
+inline constexpr std::size_t kMaxStopStrings = 16;
+inline constexpr std::size_t kMaxStopBytes = 256;
+
+// A generation request in plain values, as a front end maps it from its
+// wire format. Field names in error messages are these.
+struct GenerateCall {
+  std::string method;  // for the record: "Generate", "Complete", ...
+  std::string model;
+  engine::GenerationRequest request;  // prompt text (not ids), sampling, stop, max_tokens...
+};
+
+struct GenerateOutcome {
+  engine::FinishReason finish = engine::FinishReason::kMaxTokens;
+  std::vector<std::int32_t> prompt_ids;
+  std::size_t generated_tokens = 0;
+  std::size_t instance = 0;
+  double queue_s = 0, time_to_first_token_s = 0, total_s = 0;
+  double prefill_tokens_per_s = 0, decode_tokens_per_s = 0;
+};
+
+struct RequestPathOptions {
+  std::size_t max_tokens_limit = 4096;
+};
+
+// Checks the values a front end mapped (no model needed): prompt, max_tokens
+// in [1, max_tokens_limit], stop strings, sampling ranges. INVALID_ARGUMENT
+// naming the field ("max_tokens: 0 is out of range: allowed [1, 4096]").
+absl::Status check_generation_request(const engine::GenerationRequest& request,
+                                      std::size_t max_tokens_limit);
+
+class RequestPath {
+ public:
+  RequestPath(ModelRegistry& registry, RequestPathOptions options,
+              RequestObserver* observer = nullptr);
+
+  // One generation (steps above). `record` is filled as it goes (model,
+  // tokens, timings, temp allocator figures) for finish().
+  absl::StatusOr<GenerateOutcome> generate(const GenerateCall& call, PieceSink& sink,
+                                           const CallContext& context, RequestRecord& record);
+  // Reports a finished call of any method with its final status.
+  void finish(RequestRecord& record, const absl::Status& status);
+
+  // Cancels every running generation at its next step (the grace period is
+  // over); they end with UNAVAILABLE.
+  void abort_all() { aborted_.store(true, std::memory_order_release); }
+  bool aborted() const { return aborted_.load(std::memory_order_acquire); }
+
+  ModelRegistry& registry() const { return registry_; }
+  const RequestPathOptions& options() const { return options_; }
+
+ private:
+  ModelRegistry& registry_;
+  const RequestPathOptions options_;
+  RequestObserver* observer_;  // may be nullptr; outlives the path
+  std::atomic<bool> aborted_{false};
+};
+
+}  // namespace hearth::server

@@ -1,0 +1,236 @@
+#include "server/step_loop.h"
+
+#include <algorithm>
+
+#include "engine/str_cat.h"
+#include "memory/thread_temp_allocator.h"
+
+namespace hearth::server {
+namespace {
+
+double seconds_between(Clock::time_point a, Clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
+
+// Pieces one step can hand a sink: the sampled token's, and the text held
+// back until the end when that token finishes the sequence.
+constexpr std::size_t kPiecesPerStep = 2;
+// How long the loop waits when every running sequence's sink is full before
+// it looks again (it also wakes when a new sequence arrives). A stalled
+// client's own cancellation and deadline are noticed within this.
+constexpr std::chrono::milliseconds kStalledPoll{1};
+
+}  // namespace
+
+// One sequence handed to the loop. Lives on its run() caller's stack; the
+// loop stops touching it once it sets `done` (under mu_).
+struct StepLoop::Active {
+  engine::Module* instance = nullptr;
+  engine::Sequence* sequence = nullptr;
+  PieceSink* sink = nullptr;
+  const CallContext* call = nullptr;
+  const std::atomic<bool>* aborted = nullptr;
+  engine::PieceFn emit;
+  Clock::time_point handed_over{};
+  Clock::time_point first_token{};
+  bool sampled = false;
+  RunResult result;
+  absl::Status status;
+  bool done = false;  // guarded by mu_
+};
+
+absl::StatusOr<std::unique_ptr<StepLoop>> StepLoop::start(
+    std::string model, std::shared_ptr<const engine::ModelWeights> weights,
+    const StepLoopOptions& options, kernels::ThreadPool* pool, StepObserver* observer) {
+  if (options.step_tokens == 0) return absl::InvalidArgumentError("step_tokens must be at least 1");
+  if (options.max_sequences == 0)
+    return absl::InvalidArgumentError("a step loop needs at least one instance");
+  std::unique_ptr<StepLoop> loop(new StepLoop());
+  loop->model_ = std::move(model);
+  loop->options_ = options;
+  loop->observer_ = observer;
+  // The largest step: every sequence decoding plus a full budget of prompt
+  // rows (a prompt always gets at least one row).
+  engine::BatchOptions batch;
+  batch.max_sequences = options.max_sequences;
+  batch.max_tokens = options.step_tokens + options.max_sequences;
+  batch.pool = pool;
+  auto forward = engine::BatchedForward::create(std::move(weights), batch);
+  if (!forward.ok()) return forward.status();
+  loop->forward_ = std::move(*forward);
+  loop->inbox_.reserve(options.max_sequences);
+  loop->active_.reserve(options.max_sequences);
+  loop->inputs_.reserve(options.max_sequences);
+  loop->stepped_.reserve(options.max_sequences);
+  loop->thread_ = std::thread([l = loop.get()] { l->loop(); });
+  return loop;
+}
+
+StepLoop::~StepLoop() {
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  if (thread_.joinable()) thread_.join();
+}
+
+absl::StatusOr<RunResult> StepLoop::run(engine::Module& instance, engine::Sequence& sequence,
+                                        PieceSink& sink, const CallContext& call,
+                                        const std::atomic<bool>& aborted) {
+  Active a;
+  a.instance = &instance;
+  a.sequence = &sequence;
+  a.sink = &sink;
+  a.call = &call;
+  a.aborted = &aborted;
+  a.emit = [&sink](std::string_view text, std::int32_t token) { sink.piece(text, token); };
+  a.handed_over = Clock::now();
+  {
+    std::unique_lock<std::mutex> lock(mu_);
+    if (stop_)
+      return absl::UnavailableError(str_cat("model '", model_, "': the step loop has stopped"));
+    if (running_.load(std::memory_order_relaxed) >= options_.max_sequences)
+      return absl::InternalError(str_cat("model '", model_, "': more sequences than instances"));
+    running_.fetch_add(1, std::memory_order_relaxed);
+    inbox_.push_back(&a);
+    wake_.notify_one();
+    done_.wait(lock, [&] { return a.done; });
+  }
+  if (!a.status.ok()) return a.status;
+  return a.result;
+}
+
+void StepLoop::retire(Active& a, RunResult::Ended ended, absl::Status status) {
+  a.sequence->cancel(a.emit);  // no-op when it finished by itself
+  const Clock::time_point now = Clock::now();
+  a.result.ended = ended;
+  if (a.sampled) {
+    a.result.prefill_s = seconds_between(a.handed_over, a.first_token);
+    a.result.decode_s = seconds_between(a.first_token, now);
+  } else {
+    a.result.prefill_s = seconds_between(a.handed_over, now);
+  }
+  running_.fetch_sub(1, std::memory_order_relaxed);
+  {
+    std::lock_guard<std::mutex> lock(mu_);
+    a.status = std::move(status);
+    a.done = true;  // from here on `a` belongs to its run() caller again
+  }
+  done_.notify_all();
+}
+
+void StepLoop::loop() {
+  const std::size_t n_vocab = forward_->weights().config().n_vocab;
+  for (;;) {
+    {
+      std::unique_lock<std::mutex> lock(mu_);
+      wake_.wait(lock, [&] { return stop_ || !inbox_.empty() || !active_.empty(); });
+      if (stop_ && inbox_.empty() && active_.empty()) return;
+      active_.insert(active_.end(), inbox_.begin(), inbox_.end());
+      inbox_.clear();
+    }
+    // 1. Calls that are over leave before the step.
+    const Clock::time_point now = Clock::now();
+    for (Active*& a : active_) {
+      if (a->aborted->load(std::memory_order_acquire)) {
+        retire(*a, RunResult::Ended::kAborted, absl::OkStatus());
+      } else if (now >= a->call->deadline) {
+        retire(*a, RunResult::Ended::kDeadline, absl::OkStatus());
+      } else if (a->sink->failed() || (a->call->cancelled && a->call->cancelled())) {
+        retire(*a, RunResult::Ended::kCancelled, absl::OkStatus());
+      } else {
+        continue;
+      }
+      a = nullptr;
+    }
+    std::erase(active_, nullptr);
+    if (active_.empty()) {
+      kv_in_use_.store(0, std::memory_order_relaxed);
+      continue;
+    }
+
+    // 2. The step's rows: decode tokens first, then prompt chunks, oldest
+    // first, in what is left of the budget (at least one row).
+    inputs_.clear();
+    stepped_.clear();
+    std::size_t rows = 0;
+    for (Active* a : active_) {
+      if (a->sequence->prefilling() || !a->sink->has_room(kPiecesPerStep)) continue;
+      inputs_.push_back({a->instance, a->sequence->next_tokens(1), a->sequence->position(), true});
+      stepped_.push_back(a);
+      ++rows;
+    }
+    for (Active* a : active_) {
+      if (!a->sequence->prefilling() || !a->sink->has_room(kPiecesPerStep)) continue;
+      const std::size_t left = options_.step_tokens > rows ? options_.step_tokens - rows : 0;
+      if (left == 0 && !inputs_.empty()) break;
+      const std::span<const std::int32_t> chunk =
+          a->sequence->next_tokens(std::max<std::size_t>(left, 1));
+      inputs_.push_back(
+          {a->instance, chunk, a->sequence->position(), a->sequence->wants_logits(chunk.size())});
+      stepped_.push_back(a);
+      rows += chunk.size();
+    }
+    if (inputs_.empty()) {  // every running sequence waits for its client
+      std::unique_lock<std::mutex> lock(mu_);
+      wake_.wait_for(lock, kStalledPoll, [&] { return stop_ || !inbox_.empty(); });
+      continue;
+    }
+
+    // 3. One forward for every row, then each sequence samples its own.
+    const Clock::time_point t0 = Clock::now();
+    {
+      TempAllocatorLease temp;  // this step's scratch, reset when it ends
+      const CachingAllocatorStats before = temp.allocator().stats();
+      absl::StatusOr<std::span<const float>> logits = forward_->step(inputs_);
+      std::size_t row = 0;
+      for (std::size_t i = 0; i < stepped_.size(); ++i) {
+        Active& a = *stepped_[i];
+        absl::Status s = logits.status();
+        if (s.ok()) {
+          const float* l = inputs_[i].want_logits ? logits->data() + n_vocab * row++ : nullptr;
+          s = a.sequence->advance(inputs_[i].tokens.size(), l, temp.allocator(), a.emit);
+          if (l != nullptr && !a.sampled) {
+            a.sampled = true;
+            a.first_token = Clock::now();
+            a.result.time_to_first_token_s = seconds_between(a.handed_over, a.first_token);
+          }
+        }
+        if (!s.ok()) {  // this sequence ends with the error; the others go on
+          std::replace(active_.begin(), active_.end(), &a, static_cast<Active*>(nullptr));
+          stepped_[i] = nullptr;
+          retire(a, RunResult::Ended::kFinished,
+                 absl::Status(s.code(), str_cat("model '", model_, "': ", s.message())));
+        }
+      }
+      temp.allocator().reset();
+      const CachingAllocatorStats after = temp.allocator().stats();
+      for (Active* a : stepped_) {
+        if (a == nullptr) continue;
+        a->result.temp_lookups += after.lookups - before.lookups;
+        a->result.temp_hits += after.hits - before.hits;
+        a->result.temp_peak_bytes = std::max<std::uint64_t>(
+            a->result.temp_peak_bytes, std::max(after.last_reset_peak_bytes, after.in_use_bytes));
+      }
+    }
+    if (observer_ != nullptr)
+      observer_->on_step(model_, inputs_.size(), rows, seconds_between(t0, Clock::now()));
+
+    // 4. Finished sequences go back to their callers.
+    std::size_t kv = 0;
+    for (Active*& a : active_) {
+      if (a == nullptr) continue;  // ended on an error above
+      if (a->sequence->finished()) {
+        retire(*a, RunResult::Ended::kFinished, absl::OkStatus());
+        a = nullptr;
+      } else {
+        kv += a->sequence->position();
+      }
+    }
+    std::erase(active_, nullptr);
+    kv_in_use_.store(kv, std::memory_order_relaxed);
+  }
+}
+
+}  // namespace hearth::server

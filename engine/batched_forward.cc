@@ -68,7 +68,8 @@ absl::Status BatchedForward::check(std::span<const StepInput> inputs) const {
           str_cat("step: input ", i, " is not an instance of this model"));
     if (in.tokens.empty())
       return absl::InvalidArgumentError(str_cat("step: input ", i, " has no tokens"));
-    if (in.start_pos + in.tokens.size() > in.instance->context_length())
+    const std::size_t context = in.instance->context_length();
+    if (in.start_pos > context || in.tokens.size() > context - in.start_pos)
       return absl::OutOfRangeError(str_cat("step: input ", i, ": positions ", in.start_pos, "..",
                                            in.start_pos + in.tokens.size() - 1,
                                            " exceed the context length ",

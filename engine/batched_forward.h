@@ -61,8 +61,9 @@ class BatchedForward {
   // max_sequences of them, at most max_tokens tokens in all). Returns the
   // logits of the inputs with want_logits, in their order: row i of
   // [count][vocab], valid until the next step. InvalidArgument names the
-  // input that is out of bounds (instance of another model, repeated, no
-  // tokens, positions past its context); nothing runs then.
+  // input that is malformed (instance of another model, repeated, no
+  // tokens), OutOfRange the one whose positions pass its context; nothing
+  // runs then.
   absl::StatusOr<std::span<const float>> step(std::span<const StepInput> inputs);
 
   const BatchOptions& options() const { return options_; }

@@ -53,7 +53,7 @@ absl::StatusOr<GenerationResult> generate(Module& module, const Tokenizer& token
       Sequence::start(tokenizer, *req, module.context_length(), module.config().n_vocab);
   if (!started.ok()) return started.status();
   Sequence& seq = **started;
-  seq.keep_text(true);
+  seq.keep_text();
 
   // Own the temp allocator for the whole generation; reset it after each step.
   TempAllocatorLease lease;

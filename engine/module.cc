@@ -146,7 +146,7 @@ absl::StatusOr<std::span<const float>> Module::forward(std::span<const std::int3
     return absl::InvalidArgumentError(
         str_cat("forward: ", n, " tokens; one forward takes 1 to ", options_.max_chunk));
   }
-  if (start_pos + n > context_) {
+  if (start_pos > context_ || n > context_ - start_pos) {
     return absl::OutOfRangeError(str_cat("forward: positions ", start_pos, "..", start_pos + n - 1,
                                          " exceed the context length ", context_));
   }

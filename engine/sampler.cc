@@ -143,9 +143,14 @@ std::int32_t Sampler::sample(const float* logits, std::span<const std::int32_t> 
     n = keep;
   }
 
-  // 4. Temperature and the draw.
+  // 4. Temperature and the draw. The weights' buffer has the size of the
+  // candidates before top-p / min-p (fixed per sampler), so every step asks
+  // the temp allocator for the same size and is served from its cache.
   double sum = 0;
-  auto* weight = scratch.allocate_array<double>(n);
+  const std::size_t most = params_.top_k > 0 && static_cast<std::size_t>(params_.top_k) < vocab_
+                               ? static_cast<std::size_t>(params_.top_k)
+                               : vocab_;
+  auto* weight = scratch.allocate_array<double>(most);
   if (weight == nullptr) return -1;
   for (std::size_t i = 0; i < n; ++i) {
     weight[i] = std::exp(static_cast<double>(cand[i].logit - max_logit) / params_.temperature);

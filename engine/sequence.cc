@@ -12,6 +12,7 @@ Sequence::Sequence(const Tokenizer& tokenizer, const GenerationRequest& request,
     : tokenizer_(tokenizer),
       context_(context),
       max_tokens_(request.max_tokens),
+      max_text_bytes_(tokenizer.max_text_bytes()),
       ignore_eos_(request.ignore_eos),
       sampler_(request.sampling, n_vocab),
       // Generated text continues the prompt: a first "▁there" keeps its space.
@@ -54,6 +55,11 @@ std::span<const std::int32_t> Sequence::next_tokens(std::size_t budget) const {
     return std::span<const std::int32_t>(prompt_).subspan(
         pos_, std::min(std::max<std::size_t>(budget, 1), prompt_.size() - pos_));
   return std::span<const std::int32_t>(&last_, 1);
+}
+
+void Sequence::keep_text() {
+  keep_text_ = true;
+  text_.reserve(max_tokens_ * max_text_bytes_ + 64);
 }
 
 void Sequence::emit_piece(std::int32_t token, const PieceFn& emit) {

@@ -78,10 +78,11 @@ class Sequence {
   FinishReason finish() const { return finish_; }
   std::span<const std::int32_t> prompt_ids() const { return prompt_; }
   std::span<const std::int32_t> generated_ids() const { return generated_; }
-  // Every piece emitted, concatenated (kept only when the request asked for
-  // it with keep_text in start()'s caller, see generate()).
+  // Every piece emitted, concatenated; kept only after keep_text(), which
+  // reserves room for max_tokens tokens of the vocabulary's longest text
+  // (only ill-formed UTF-8, each bad byte becoming U+FFFD, can outgrow it).
   const std::string& text() const { return text_; }
-  void keep_text(bool keep) { keep_text_ = keep; }
+  void keep_text();
 
  private:
   Sequence(const Tokenizer& tokenizer, const GenerationRequest& request, std::size_t context,
@@ -93,6 +94,7 @@ class Sequence {
   const Tokenizer& tokenizer_;
   const std::size_t context_;
   const std::size_t max_tokens_;
+  const std::size_t max_text_bytes_;
   const bool ignore_eos_;
   Sampler sampler_;
   TokenStreamDecoder decoder_;

@@ -76,18 +76,6 @@ grpc::internal::MethodHandler* parsing_unary(
       });
 }
 
-// A Generate stream's pieces, queued for its PieceWriter's thread.
-class StreamSink final : public PieceSink {
- public:
-  explicit StreamSink(PieceWriter& writer) : writer_(writer) {}
-  bool has_room(std::size_t pieces) const override { return writer_.has_room(pieces); }
-  void piece(std::string_view text, std::int32_t token) override { writer_.push(text, token); }
-  bool failed() const override { return writer_.failed(); }
-
- private:
-  PieceWriter& writer_;
-};
-
 // A Complete call's pieces, gathered into its one response.
 class CompleteSink final : public PieceSink {
  public:
@@ -172,7 +160,7 @@ grpc::Status InferenceService::run(grpc::ServerContext* context,
   // Generate: pieces go out through a PieceWriter's thread; Complete
   // gathers them into the response.
   std::optional<PieceWriterPool::Borrowed> piece_writer;
-  std::optional<StreamSink> stream_sink;
+  std::optional<PieceWriterSink> stream_sink;
   std::optional<CompleteSink> complete_sink;
   PieceSink* sink = nullptr;
   if (writer != nullptr) {

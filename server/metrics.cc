@@ -49,41 +49,58 @@ const prometheus::Histogram::BucketBoundaries& latency_buckets() {
   return b;
 }
 
-const char* code_name(grpc::StatusCode code) {
+// Sequences in one batched step: one to a few dozen instances per model.
+const prometheus::Histogram::BucketBoundaries& step_sequences_buckets() {
+  static const prometheus::Histogram::BucketBoundaries b = {1,  2,  3,  4,  6,  8,
+                                                            12, 16, 24, 32, 48, 64};
+  return b;
+}
+
+// Tokens in one batched step: one decode row per sequence plus prompt chunks
+// up to the step's token budget.
+const prometheus::Histogram::BucketBoundaries& step_tokens_buckets() {
+  static const prometheus::Histogram::BucketBoundaries b = {1,  2,   4,   8,   16,  32,
+                                                            64, 128, 256, 512, 1024};
+  return b;
+}
+
+// The gRPC name of a code (absl's codes are numerically gRPC's, and named
+// the same way).
+const char* code_name(absl::StatusCode code) {
   switch (code) {
-    case grpc::StatusCode::OK:
+    case absl::StatusCode::kOk:
       return "OK";
-    case grpc::StatusCode::CANCELLED:
+    case absl::StatusCode::kCancelled:
       return "CANCELLED";
-    case grpc::StatusCode::UNKNOWN:
+    case absl::StatusCode::kUnknown:
       return "UNKNOWN";
-    case grpc::StatusCode::INVALID_ARGUMENT:
+    case absl::StatusCode::kInvalidArgument:
       return "INVALID_ARGUMENT";
-    case grpc::StatusCode::DEADLINE_EXCEEDED:
+    case absl::StatusCode::kDeadlineExceeded:
       return "DEADLINE_EXCEEDED";
-    case grpc::StatusCode::NOT_FOUND:
+    case absl::StatusCode::kNotFound:
       return "NOT_FOUND";
-    case grpc::StatusCode::ALREADY_EXISTS:
+    case absl::StatusCode::kAlreadyExists:
       return "ALREADY_EXISTS";
-    case grpc::StatusCode::PERMISSION_DENIED:
+    case absl::StatusCode::kPermissionDenied:
       return "PERMISSION_DENIED";
-    case grpc::StatusCode::RESOURCE_EXHAUSTED:
+    case absl::StatusCode::kResourceExhausted:
       return "RESOURCE_EXHAUSTED";
-    case grpc::StatusCode::FAILED_PRECONDITION:
+    case absl::StatusCode::kFailedPrecondition:
       return "FAILED_PRECONDITION";
-    case grpc::StatusCode::ABORTED:
+    case absl::StatusCode::kAborted:
       return "ABORTED";
-    case grpc::StatusCode::OUT_OF_RANGE:
+    case absl::StatusCode::kOutOfRange:
       return "OUT_OF_RANGE";
-    case grpc::StatusCode::UNIMPLEMENTED:
+    case absl::StatusCode::kUnimplemented:
       return "UNIMPLEMENTED";
-    case grpc::StatusCode::INTERNAL:
+    case absl::StatusCode::kInternal:
       return "INTERNAL";
-    case grpc::StatusCode::UNAVAILABLE:
+    case absl::StatusCode::kUnavailable:
       return "UNAVAILABLE";
-    case grpc::StatusCode::DATA_LOSS:
+    case absl::StatusCode::kDataLoss:
       return "DATA_LOSS";
-    case grpc::StatusCode::UNAUTHENTICATED:
+    case absl::StatusCode::kUnauthenticated:
       return "UNAUTHENTICATED";
     default:
       break;
@@ -185,6 +202,12 @@ struct MetricsExporter::ModelMetrics {
   std::map<std::string, prometheus::Histogram*> duration;  // by method; guarded by models_mu_
 };
 
+struct MetricsExporter::StepMetrics {
+  prometheus::Histogram* sequences;
+  prometheus::Histogram* tokens;
+  prometheus::Histogram* duration;
+};
+
 // ---- Live state, read at scrape time --------------------------------------------
 
 class MetricsExporter::LiveCollector final : public prometheus::Collectable {
@@ -232,6 +255,20 @@ class MetricsExporter::LiveCollector final : public prometheus::Collectable {
     auto capacity =
         family("hearth_model_queue_capacity",
                "Requests that may wait for an instance; beyond, UNAVAILABLE.", MetricType::Gauge);
+    auto running =
+        family("hearth_model_requests_running",
+               "Sequences of the model in its step loop now (handed over, not yet ended).",
+               MetricType::Gauge);
+    auto waiting = family("hearth_model_requests_waiting",
+                          "Requests waiting for an instance of the model now (the queue depth).",
+                          MetricType::Gauge);
+    auto kv_used =
+        family("hearth_model_kv_positions_used",
+               "KV cache positions the model's running sequences hold now.", MetricType::Gauge);
+    auto kv_capacity = family("hearth_model_kv_positions_capacity",
+                              "KV cache positions of all the model's instances (instances x "
+                              "context).",
+                              MetricType::Gauge);
     auto mapped = family("hearth_model_weights_mapped_bytes",
                          "Bytes of the model file mapped read-only (shared by all instances).",
                          MetricType::Gauge);
@@ -268,6 +305,10 @@ class MetricsExporter::LiveCollector final : public prometheus::Collectable {
       add_sample(busy, static_cast<double>(n.busy), labels);
       add_sample(depth, static_cast<double>(n.queue_depth), labels);
       add_sample(capacity, static_cast<double>(n.queue_capacity), labels);
+      add_sample(running, static_cast<double>(n.running), labels);
+      add_sample(waiting, static_cast<double>(n.queue_depth), labels);
+      add_sample(kv_used, static_cast<double>(n.kv_positions_used), labels);
+      add_sample(kv_capacity, static_cast<double>(n.kv_positions_total), labels);
       add_sample(mapped, static_cast<double>(e.pool->weights().mapped_bytes()), labels);
       add_sample(packed, static_cast<double>(e.pool->weights().packed_bytes()), labels);
       add_sample(planned, static_cast<double>(m.planned_bytes), labels);
@@ -276,8 +317,9 @@ class MetricsExporter::LiveCollector final : public prometheus::Collectable {
       add_sample(kv, static_cast<double>(m.kv_cache_bytes), labels);
       add_sample(temp_peak, static_cast<double>(m.peak_temp_bytes), labels);
     }
-    for (MetricFamily* f : {&state, &instances, &busy, &depth, &capacity, &mapped, &packed,
-                            &planned, &arena_capacity, &arena_used, &kv, &temp_peak})
+    for (MetricFamily* f :
+         {&state, &instances, &busy, &depth, &capacity, &running, &waiting, &kv_used, &kv_capacity,
+          &mapped, &packed, &planned, &arena_capacity, &arena_used, &kv, &temp_peak})
       add_if_not_empty(out, std::move(*f));
   }
 
@@ -400,6 +442,18 @@ MetricsExporter::MetricsExporter() : request_registry_(std::make_shared<promethe
                            .Name("hearth_generated_tokens_total")
                            .Help("Tokens generated.")
                            .Register(r);
+  step_sequences_ = &prometheus::BuildHistogram()
+                         .Name("hearth_step_sequences")
+                         .Help("Sequences run by one batched step of the model's step loop.")
+                         .Register(r);
+  step_tokens_ = &prometheus::BuildHistogram()
+                      .Name("hearth_step_tokens")
+                      .Help("Tokens run by one batched step: decode rows plus prompt chunks.")
+                      .Register(r);
+  step_duration_ = &prometheus::BuildHistogram()
+                        .Name("hearth_step_duration_seconds")
+                        .Help("Time one batched step took: the forward and the sampling.")
+                        .Register(r);
   prometheus::BuildGauge()
       .Name("hearth_build_info")
       .Help("Always 1; the labels describe the running build.")
@@ -478,6 +532,31 @@ MetricsExporter::ModelMetrics& MetricsExporter::model_metrics(const std::string&
                                                     {}});
   }
   return *m;
+}
+
+MetricsExporter::StepMetrics& MetricsExporter::step_metrics(const std::string& model) {
+  std::lock_guard<std::mutex> lock(models_mu_);
+  std::unique_ptr<StepMetrics>& m = steps_[model];
+  if (m == nullptr) {
+    const prometheus::Labels labels = {{"model", model}};
+    m = std::make_unique<StepMetrics>(
+        StepMetrics{&step_sequences_->Add(labels, step_sequences_buckets()),
+                    &step_tokens_->Add(labels, step_tokens_buckets()),
+                    &step_duration_->Add(labels, latency_buckets())});
+  }
+  return *m;
+}
+
+void MetricsExporter::on_step(const std::string& model, std::size_t sequences, std::size_t tokens,
+                              double seconds) {
+  try {
+    StepMetrics& m = step_metrics(model.empty() ? kUnknownModel : model);
+    m.sequences->Observe(static_cast<double>(sequences));
+    m.tokens->Observe(static_cast<double>(tokens));
+    m.duration->Observe(seconds);
+  } catch (...) {
+    // Only allocation can fail here; losing one sample beats stalling the loop.
+  }
 }
 
 void MetricsExporter::on_inter_token(const std::string& model, double seconds) {

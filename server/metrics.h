@@ -1,8 +1,11 @@
 // MetricsExporter: hearth-server's Prometheus /metrics endpoint.
 //
-// Two sources feed it:
-//   * requests, pushed by InferenceService through the RequestObserver hooks
-//     (counters and histograms, updated on the request's worker thread);
+// Three sources feed it:
+//   * requests, pushed by the front ends and the request path through the
+//     RequestObserver hooks (counters and histograms, updated on the
+//     request's thread, or the step loop's for on_inter_token);
+//   * batched steps, pushed by each model's StepLoop through the
+//     StepObserver hook (histograms, updated on the loop's thread);
 //   * live state, pulled at scrape time: the model registry's pools, the
 //     process-wide temp allocator registry and /proc/self. A scrape builds
 //     these families from a fresh read, so no background thread polls.
@@ -20,10 +23,27 @@
 //   hearth_inter_token_latency_seconds{model}              histogram (token to next token)
 //   hearth_prompt_tokens_total{model}                      counter
 //   hearth_generated_tokens_total{model}                   counter
+//   Batched steps (continuous batching: one step runs every running sequence
+//   of a model that has room, decode tokens plus prompt chunks)
+//   hearth_step_sequences{model}                           histogram (sequences in one step;
+//                                                          buckets 1 to 64)
+//   hearth_step_tokens{model}                              histogram (tokens in one step:
+//                                                          decode + prompt chunk rows;
+//                                                          buckets 1 to 1024)
+//   hearth_step_duration_seconds{model}                    histogram (one step's forward and
+//                                                          sampling)
 //   Models (live)
 //   hearth_model_state{model,state}                        gauge, 1 for the current state
 //   hearth_model_instances{model}, hearth_model_instances_busy{model},
 //   hearth_model_queue_depth{model}, hearth_model_queue_capacity{model}   gauges
+//   hearth_model_requests_running{model}                   gauge (sequences in the step loop)
+//   hearth_model_requests_waiting{model}                   gauge (requests waiting for an
+//                                                          instance: the queue depth)
+//   hearth_model_kv_positions_used{model}                  gauge (KV positions the running
+//                                                          sequences hold)
+//   hearth_model_kv_positions_capacity{model}              gauge (instances x context; not
+//                                                          "_total": that suffix is for
+//                                                          counters)
 //   hearth_model_weights_mapped_bytes{model}               gauge (the model file, shared)
 //   hearth_model_weights_packed_bytes{model}               gauge (packed projections, shared)
 //   hearth_module_planned_activation_bytes{model}          gauge, ONE instance's
@@ -62,20 +82,23 @@
 //                                                          standard client names)
 //   hearth_build_info{version}                             gauge, always 1
 //
-// Histogram buckets (seconds) span CPU token latencies: 1 ms to 10 s.
+// Histogram buckets (seconds) span CPU token latencies: 1 ms to 10 s (the
+// step duration too).
 // prometheus-cpp adds its own exposer_* series (scrapes, bytes, latencies).
 //
 // Thread safety: every public method may be called from any thread.
 // prometheus-cpp's families, counters and histograms lock or use atomics
-// internally; `models_mu_` guards the per-model metric cache; `temp_mu_`
+// internally; `models_mu_` guards the per-model metric caches (requests and
+// steps); `temp_mu_`
 // guards the temp allocator peaks and last-generation figures (a pair that
 // must not tear); `registry_mu_` guards the registry pointer and is held
 // while a scrape reads the registry, so that set_registry(nullptr) returns
 // only when no scrape still uses the old one. Scrapes run on the exposer's
 // own HTTP threads (two). No exception leaves this class: the observer hooks
-// and scrapes catch everything, start() turns a bind failure into a status.
+// (request and step) and scrapes catch everything, start() turns a bind failure into a status.
 #pragma once
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
@@ -85,6 +108,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "server/request_observer.h"
+#include "server/step_loop.h"
 
 namespace prometheus {
 class Counter;
@@ -99,7 +123,7 @@ namespace hearth::server {
 
 class ModelRegistry;
 
-class MetricsExporter final : public RequestObserver {
+class MetricsExporter final : public RequestObserver, public StepObserver {
  public:
   // INVALID_ARGUMENT unless `address` is "IPV4:PORT" (the embedded HTTP
   // server listens on IPv4 only). Check flags with it before starting.
@@ -124,13 +148,18 @@ class MetricsExporter final : public RequestObserver {
   // RequestObserver: cheap, no I/O, never throws.
   void on_inter_token(const std::string& model, double seconds) override;
   void on_request_done(const RequestRecord& record) override;
+  // StepObserver: the same (called on the model's step loop thread).
+  void on_step(const std::string& model, std::size_t sequences, std::size_t tokens,
+               double seconds) override;
 
  private:
   class LiveCollector;
-  struct ModelMetrics;  // the per-model series, created on first use
+  struct ModelMetrics;  // the per-model request series, created on first use
+  struct StepMetrics;   // the per-model step series, created on a model's first step
 
   MetricsExporter();
   ModelMetrics& model_metrics(const std::string& model);  // locks models_mu_
+  StepMetrics& step_metrics(const std::string& model);    // locks models_mu_
 
   // The families below are owned by request_registry_ and live as long as it.
   std::shared_ptr<prometheus::Registry> request_registry_;
@@ -141,9 +170,13 @@ class MetricsExporter final : public RequestObserver {
   prometheus::Family<prometheus::Histogram>* inter_token_ = nullptr;
   prometheus::Family<prometheus::Counter>* prompt_tokens_ = nullptr;
   prometheus::Family<prometheus::Counter>* generated_tokens_ = nullptr;
+  prometheus::Family<prometheus::Histogram>* step_sequences_ = nullptr;
+  prometheus::Family<prometheus::Histogram>* step_tokens_ = nullptr;
+  prometheus::Family<prometheus::Histogram>* step_duration_ = nullptr;
 
   std::mutex models_mu_;
   std::map<std::string, std::unique_ptr<ModelMetrics>> models_;  // guarded by models_mu_
+  std::map<std::string, std::unique_ptr<StepMetrics>> steps_;    // guarded by models_mu_
 
   // Temp allocator figures the snapshots cannot give (see above). Mutable:
   // a scrape (const) folds the live threads' peaks into the maximum.

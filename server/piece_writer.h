@@ -38,6 +38,8 @@
 #include <thread>
 #include <vector>
 
+#include "server/piece_sink.h"
+
 namespace hearth::server {
 
 class PieceWriter {
@@ -86,6 +88,19 @@ class PieceWriter {
   Sink sink_;                      // set by begin() under mu_, used by the writer
   std::atomic<bool> failed_{false};
   std::thread thread_;
+};
+
+// A PieceSink that queues pieces on a PieceWriter (begun by the caller):
+// room means free slots, and push never waits once room was checked.
+class PieceWriterSink final : public PieceSink {
+ public:
+  explicit PieceWriterSink(PieceWriter& writer) : writer_(writer) {}
+  bool has_room(std::size_t pieces) const override { return writer_.has_room(pieces); }
+  void piece(std::string_view text, std::int32_t token) override { writer_.push(text, token); }
+  bool failed() const override { return writer_.failed(); }
+
+ private:
+  PieceWriter& writer_;
 };
 
 // The service's idle PieceWriters. A stream borrows one for its generation

@@ -50,24 +50,11 @@
 #include "engine/generation.h"
 #include "engine/sequence.h"
 #include "engine/tokenizer.h"
+#include "server/piece_sink.h"
 
 namespace hearth::server {
 
 using Clock = std::chrono::steady_clock;
-
-// Where a generation's pieces go; called on the step loop's thread.
-class PieceSink {
- public:
-  virtual ~PieceSink() = default;
-  // Whether `pieces` more can be taken now without waiting. A sequence whose
-  // sink has no room for a step's pieces (at most two) is not stepped.
-  virtual bool has_room(std::size_t pieces) const = 0;
-  // One piece: text (possibly empty) and its token (-1: text held back until
-  // the end). Must not block.
-  virtual void piece(std::string_view text, std::int32_t token) = 0;
-  // The client can no longer be reached: the generation is cancelled.
-  virtual bool failed() const = 0;
-};
 
 // How the loop learns that a call is over. Polled before every step, on the
 // loop's thread: must be thread-safe and cheap.

@@ -12,8 +12,11 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <cstdint>
+#include <cstdlib>
+#include <functional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -102,13 +105,69 @@ GenerateOutcome complete(v1::Inference::Stub& stub, const std::string& prompt,
   return out;
 }
 
-// hearth-server on loopback with free ports, serving the built-in demo model.
+v1::ModelInfo get_model(v1::Inference::Stub& stub, const std::string& model) {
+  v1::GetModelRequest req;
+  req.set_model(model);
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + patience());
+  v1::ModelInfo info;
+  const grpc::Status st = stub.GetModel(&ctx, req, &info);
+  EXPECT_TRUE(st.ok()) << "GetModel " << model << ": " << st.error_message();
+  return info;
+}
+
+// A Generate call read to its end on a thread of its own; cancel() ends it
+// early. The destructor cancels it if it still runs, and joins the thread.
+class BackgroundGenerate {
+ public:
+  BackgroundGenerate(v1::Inference::Stub& stub, const std::string& prompt,
+                     std::uint32_t max_tokens) {
+    v1::GenerateRequest req;
+    req.set_model(kModel);
+    req.set_prompt(prompt);
+    req.set_max_tokens(max_tokens);
+    req.set_ignore_eos(true);
+    ctx_.set_deadline(std::chrono::system_clock::now() + patience());
+    thread_ = std::thread([this, &stub, req] {
+      std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader = stub.Generate(&ctx_, req);
+      v1::GenerateResponse msg;
+      while (reader->Read(&msg)) {
+      }
+      status_ = reader->Finish();
+    });
+  }
+  ~BackgroundGenerate() {
+    if (thread_.joinable()) {
+      ctx_.TryCancel();
+      thread_.join();
+    }
+  }
+  BackgroundGenerate(const BackgroundGenerate&) = delete;
+  BackgroundGenerate& operator=(const BackgroundGenerate&) = delete;
+
+  void cancel() { ctx_.TryCancel(); }
+  // Waits for the call to end.
+  const grpc::Status& finish() {
+    if (thread_.joinable()) thread_.join();
+    return status_;
+  }
+
+ private:
+  grpc::ClientContext ctx_;
+  grpc::Status status_;  // written by thread_, read after it is joined
+  std::thread thread_;   // last: started once everything it uses exists
+};
+
+// hearth-server on loopback with free ports, serving the built-in demo model
+// (plus extra_args()).
 class LiveServer : public ::testing::Test {
  protected:
+  virtual std::vector<std::string> extra_args() const { return {}; }
+
   void SetUp() override {
-    ASSERT_TRUE(server_.start(HEARTH_SERVER_BIN,
-                              {"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"}))
-        << server_.error();
+    std::vector<std::string> args = {"--listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"};
+    for (const std::string& a : extra_args()) args.push_back(a);
+    ASSERT_TRUE(server_.start(HEARTH_SERVER_BIN, args)) << server_.error();
     ASSERT_NE(server_.metrics_port(), 0) << "metrics are off: " << server_.ready_line();
     stub_ = connect(server_.grpc_address());
   }
@@ -118,6 +177,20 @@ class LiveServer : public ::testing::Test {
     EXPECT_EQ(r.status, 200) << r.error << "\n" << server_.describe();
     Scrape s = parse_exposition(r.body);
     EXPECT_EQ(s.error, "") << "a /metrics line does not parse";
+    return s;
+  }
+
+  // Scrapes until `ready` holds (bounded: patience()); returns the last
+  // scrape, which the caller's expectations then judge. Live gauges and the
+  // step loop's histograms may trail a call's final status by a moment (the
+  // loop may report a step after handing back the sequences it finished).
+  Scrape scrape_until(const std::function<bool(const Scrape&)>& ready) {
+    const Clock::time_point deadline = Clock::now() + patience();
+    Scrape s = scrape();
+    while (!ready(s) && Clock::now() < deadline) {
+      std::this_thread::sleep_for(milliseconds(10));  // polling interval, bounded above
+      s = scrape();
+    }
     return s;
   }
 
@@ -147,6 +220,9 @@ TEST_F(LiveServer, RequestsMoveTheMetrics) {
   // once per distinct scratch buffer (a dozen or so): with 64 tokens per
   // request, even a cold thread's generation stays above 0.99.
   ASSERT_TRUE(generate(*stub_, kModel, "warm up the caches", 64).status.ok());
+  const v1::ModelInfo info = get_model(*stub_, kModel);
+  ASSERT_EQ(info.instances(), 1u);
+  ASSERT_GT(info.context_length(), 0u);
   const Scrape before = scrape();
 
   constexpr int kGenerates = 6;
@@ -167,12 +243,21 @@ TEST_F(LiveServer, RequestsMoveTheMetrics) {
   inter_tokens += c.generated_tokens - 1;
   EXPECT_EQ(generate(*stub_, "no-such-model", "hello", 4).status.error_code(),
             grpc::StatusCode::NOT_FOUND);
-  const Scrape after = scrape();
+  const std::map<std::string, std::string> demo = {{"model", kModel}};
+  // Each generation ran its prompt and every generated token but the last
+  // (the last is sampled, never run): the tokens of every step, summed.
+  const double step_tokens =
+      static_cast<double>(prompt_tokens + generated_tokens - (kGenerates + 1));
+  const Scrape after = scrape_until([&](const Scrape& s) {
+    return s.sum("hearth_step_tokens_sum", demo) - before.sum("hearth_step_tokens_sum", demo) >=
+               step_tokens &&
+           s.sum("hearth_model_requests_running", demo) == 0 &&
+           s.sum("hearth_model_kv_positions_used", demo) == 0;
+  });
 
   auto delta = [&](const std::string& name, const std::map<std::string, std::string>& m = {}) {
     return after.sum(name, m) - before.sum(name, m);
   };
-  const std::map<std::string, std::string> demo = {{"model", kModel}};
 
   // Temp allocators: lookups and hits rise, and after warm-up practically
   // every lookup is a hit (over the window and in the last generation).
@@ -199,6 +284,26 @@ TEST_F(LiveServer, RequestsMoveTheMetrics) {
   EXPECT_EQ(after.sum("hearth_model_queue_depth", demo), 0);
   EXPECT_EQ(after.sum("hearth_model_queue_capacity", demo), 8);
   EXPECT_EQ(after.sum("hearth_model_state", {{"model", kModel}, {"state", "serving"}}), 1);
+  EXPECT_EQ(after.sum("hearth_model_requests_running", demo), 0);
+  EXPECT_EQ(after.sum("hearth_model_requests_waiting", demo), 0);
+  EXPECT_EQ(after.sum("hearth_model_kv_positions_used", demo), 0);
+  EXPECT_EQ(after.sum("hearth_model_kv_positions_capacity", demo),
+            static_cast<double>(info.instances()) * info.context_length());
+
+  // The step loop: one observation per batched step in each histogram. One
+  // instance and one call at a time: every step ran exactly one sequence,
+  // and a generation of G tokens took at least G steps (a prompt chunk, then
+  // G - 1 decode steps).
+  const double steps = delta("hearth_step_sequences_count", demo);
+  EXPECT_GE(steps, static_cast<double>(generated_tokens));
+  EXPECT_EQ(delta("hearth_step_tokens_count", demo), steps);
+  EXPECT_EQ(delta("hearth_step_duration_seconds_count", demo), steps);
+  EXPECT_EQ(delta("hearth_step_sequences_sum", demo), steps) << "a step ran other than 1 sequence";
+  EXPECT_EQ(delta("hearth_step_sequences_bucket", {{"model", kModel}, {"le", "1"}}), steps);
+  EXPECT_EQ(delta("hearth_step_tokens_sum", demo), step_tokens)
+      << "the steps ran other tokens than the prompts and the generated tokens but the last";
+  EXPECT_GT(delta("hearth_step_duration_seconds_sum", demo), 0);
+  EXPECT_EQ(after.count("hearth_step_sequences_count"), 1u) << "step series for another model?";
 
   // Every call is counted once, under its final code.
   EXPECT_EQ(
@@ -224,8 +329,10 @@ TEST_F(LiveServer, RequestsMoveTheMetrics) {
             static_cast<double>(inter_tokens));
   EXPECT_EQ(delta("hearth_prompt_tokens_total", demo), static_cast<double>(prompt_tokens));
   EXPECT_EQ(delta("hearth_generated_tokens_total", demo), static_cast<double>(generated_tokens));
-  for (const char* h : {"hearth_request_duration_seconds", "hearth_time_to_first_token_seconds",
-                        "hearth_inter_token_latency_seconds", "hearth_queue_wait_seconds"}) {
+  for (const char* h :
+       {"hearth_request_duration_seconds", "hearth_time_to_first_token_seconds",
+        "hearth_inter_token_latency_seconds", "hearth_queue_wait_seconds", "hearth_step_sequences",
+        "hearth_step_tokens", "hearth_step_duration_seconds"}) {
     const std::string name = h;
     EXPECT_EQ(after.types.at(name), "histogram") << name;
     EXPECT_EQ(after.sum(name + "_bucket", {{"le", "+Inf"}}), after.sum(name + "_count")) << name;
@@ -241,6 +348,21 @@ TEST_F(LiveServer, RequestsMoveTheMetrics) {
     has_10s |= s.labels.at("le") == "10";
   }
   EXPECT_TRUE(has_1ms && has_10s) << "inter-token buckets must span 0.001 to 10 s";
+  // Step buckets: sequences 1 to 64, tokens 1 to 1024, durations as latencies.
+  auto bounds = [&](const std::string& name) {
+    std::vector<std::string> le;
+    for (const Sample& s : after.samples)
+      if (s.name == name && s.labels.at("model") == kModel) le.push_back(s.labels.at("le"));
+    return le;
+  };
+  EXPECT_EQ(bounds("hearth_step_sequences_bucket"),
+            (std::vector<std::string>{"1", "2", "3", "4", "6", "8", "12", "16", "24", "32", "48",
+                                      "64", "+Inf"}));
+  EXPECT_EQ(bounds("hearth_step_tokens_bucket"),
+            (std::vector<std::string>{"1", "2", "4", "8", "16", "32", "64", "128", "256", "512",
+                                      "1024", "+Inf"}));
+  EXPECT_EQ(bounds("hearth_step_duration_seconds_bucket"),
+            bounds("hearth_inter_token_latency_seconds_bucket"));
 
   // Module memory and the process.
   for (const char* m : {"hearth_module_planned_activation_bytes", "hearth_module_arena_used_bytes",
@@ -262,6 +384,96 @@ TEST_F(LiveServer, RequestsMoveTheMetrics) {
     EXPECT_EQ(type == "counter", name.ends_with("_total"))
         << name << " is a " << type << ": counters, and only they, end in _total";
   }
+}
+
+// ---- Continuous batching -------------------------------------------------------------
+
+// Two instances, so that the step loop batches two sequences, and a queue.
+class BatchingServer : public LiveServer {
+ protected:
+  std::vector<std::string> extra_args() const override {
+    return {"--instances", "2", "--queue", "4"};
+  }
+};
+
+TEST_F(BatchingServer, StepAndLiveGaugesFollowTheRunningSequences) {
+  const v1::ModelInfo info = get_model(*stub_, kModel);
+  ASSERT_EQ(info.instances(), 2u);
+  ASSERT_GT(info.context_length(), 128u);
+  const std::map<std::string, std::string> demo = {{"model", kModel}};
+  const double capacity = 2.0 * info.context_length();
+  const Scrape before = scrape();
+  EXPECT_EQ(before.sum("hearth_model_kv_positions_capacity", demo), capacity);
+  EXPECT_EQ(before.sum("hearth_model_requests_running", demo), 0);
+  EXPECT_EQ(before.sum("hearth_model_requests_waiting", demo), 0);
+  EXPECT_EQ(before.sum("hearth_model_kv_positions_used", demo), 0);
+
+  // Two generations long enough to run for a while (to the edge of the
+  // context unless cancelled) hold both instances; a third waits.
+  const std::uint32_t long_tokens = info.context_length() - 64;
+  BackgroundGenerate a(*stub_, "the first long generation", long_tokens);
+  BackgroundGenerate b(*stub_, "the second long generation", long_tokens);
+  auto batched = [&](const Scrape& s) {  // steps that ran more than one sequence, at least
+    return (s.sum("hearth_step_sequences_sum", demo) -
+            before.sum("hearth_step_sequences_sum", demo)) -
+           (s.sum("hearth_step_sequences_count", demo) -
+            before.sum("hearth_step_sequences_count", demo));
+  };
+  const Scrape both = scrape_until([&](const Scrape& s) {
+    return s.sum("hearth_model_requests_running", demo) == 2 &&
+           s.sum("hearth_model_kv_positions_used", demo) > 0 && batched(s) > 0;
+  });
+  EXPECT_EQ(both.sum("hearth_model_requests_running", demo), 2) << "two sequences never ran";
+  EXPECT_GT(batched(both), 0) << "no step ran both sequences";
+  EXPECT_GT(both.sum("hearth_model_kv_positions_used", demo), 0);
+  EXPECT_LE(both.sum("hearth_model_kv_positions_used", demo), capacity);
+  EXPECT_EQ(both.sum("hearth_model_kv_positions_capacity", demo), capacity);
+
+  BackgroundGenerate c(*stub_, "the third generation waits", long_tokens);
+  const Scrape queued = scrape_until(
+      [&](const Scrape& s) { return s.sum("hearth_model_requests_waiting", demo) == 1; });
+  EXPECT_EQ(queued.sum("hearth_model_requests_waiting", demo), 1) << "the third never waited";
+  EXPECT_EQ(queued.sum("hearth_model_requests_waiting", demo),
+            queued.sum("hearth_model_queue_depth", demo));
+  EXPECT_LE(queued.sum("hearth_model_requests_running", demo), 2);
+  EXPECT_LE(queued.sum("hearth_model_kv_positions_used", demo), capacity);
+
+  // Cancelled (the waiting one first, so that it never runs), everything
+  // they held is given back: nothing runs, waits, or holds KV positions.
+  c.cancel();
+  EXPECT_TRUE(c.finish().error_code() == grpc::StatusCode::CANCELLED ||
+              c.finish().error_code() == grpc::StatusCode::OK)
+      << c.finish().error_message();
+  a.cancel();
+  b.cancel();
+  for (BackgroundGenerate* g : {&a, &b}) {
+    const grpc::Status& st = g->finish();
+    EXPECT_TRUE(st.error_code() == grpc::StatusCode::CANCELLED || st.ok()) << st.error_message();
+  }
+  const Scrape idle = scrape_until([&](const Scrape& s) {
+    return s.sum("hearth_model_requests_running", demo) == 0 &&
+           s.sum("hearth_model_requests_waiting", demo) == 0 &&
+           s.sum("hearth_model_kv_positions_used", demo) == 0 &&
+           s.sum("hearth_model_instances_busy", demo) == 0;
+  });
+  EXPECT_EQ(idle.sum("hearth_model_requests_running", demo), 0);
+  EXPECT_EQ(idle.sum("hearth_model_requests_waiting", demo), 0);
+  EXPECT_EQ(idle.sum("hearth_model_kv_positions_used", demo), 0);
+  EXPECT_EQ(idle.sum("hearth_model_instances_busy", demo), 0);
+  EXPECT_EQ(idle.sum("hearth_model_kv_positions_capacity", demo), capacity);
+
+  // No step ran more sequences than there are instances, every step ran at
+  // least one token per sequence, and the three histograms agree.
+  auto delta = [&](const std::string& name, const std::map<std::string, std::string>& m) {
+    return idle.sum(name, m) - before.sum(name, m);
+  };
+  const double steps = delta("hearth_step_sequences_count", demo);
+  EXPECT_GT(steps, 0);
+  EXPECT_EQ(delta("hearth_step_sequences_bucket", {{"model", kModel}, {"le", "2"}}), steps);
+  EXPECT_LT(delta("hearth_step_sequences_bucket", {{"model", kModel}, {"le", "1"}}), steps);
+  EXPECT_GE(delta("hearth_step_tokens_sum", demo), delta("hearth_step_sequences_sum", demo));
+  EXPECT_EQ(delta("hearth_step_tokens_count", demo), steps);
+  EXPECT_EQ(delta("hearth_step_duration_seconds_count", demo), steps);
 }
 
 // ---- promtool ---------------------------------------------------------------------
@@ -352,7 +564,7 @@ TEST_F(LiveServer, EveryDashboardMetricExistsInALiveScrape) {
   const Scrape s = scrape();
   const std::set<std::string> live = s.sample_names();
   const DashboardQueries q = dashboard_queries();
-  ASSERT_GE(q.exprs.size(), 20u) << "the dashboard lost its queries?";
+  ASSERT_GE(q.exprs.size(), 45u) << "the dashboard lost its queries?";
   std::set<std::string> used = q.variable_metrics;
   for (const std::string& e : q.exprs) {
     const std::set<std::string> names = promql_metric_names(e);
@@ -367,13 +579,28 @@ TEST_F(LiveServer, EveryDashboardMetricExistsInALiveScrape) {
         << "the dashboard uses '" << name << "', which a live scrape does not have";
   }
   // The panels are all there.
-  for (const char* m : {"hearth_requests_total", "hearth_generated_tokens_total",
+  for (const char* m : {"hearth_requests_total",
+                        "hearth_generated_tokens_total",
                         "hearth_time_to_first_token_seconds_bucket",
-                        "hearth_inter_token_latency_seconds_bucket", "hearth_model_queue_depth",
-                        "hearth_model_instances_busy", "hearth_temp_allocator_hit_ratio",
-                        "hearth_temp_allocator_peak_bytes", "hearth_temp_allocator_in_use_bytes",
-                        "hearth_temp_allocator_cached_bytes", "hearth_module_kv_cache_bytes",
-                        "hearth_module_planned_activation_bytes", "process_resident_memory_bytes"})
+                        "hearth_inter_token_latency_seconds_bucket",
+                        "hearth_model_queue_depth",
+                        "hearth_model_instances_busy",
+                        "hearth_temp_allocator_hit_ratio",
+                        "hearth_temp_allocator_peak_bytes",
+                        "hearth_temp_allocator_in_use_bytes",
+                        "hearth_temp_allocator_cached_bytes",
+                        "hearth_module_kv_cache_bytes",
+                        "hearth_module_planned_activation_bytes",
+                        "process_resident_memory_bytes",
+                        "hearth_step_sequences_bucket",
+                        "hearth_step_sequences_sum",
+                        "hearth_step_sequences_count",
+                        "hearth_step_tokens_bucket",
+                        "hearth_step_duration_seconds_bucket",
+                        "hearth_model_kv_positions_used",
+                        "hearth_model_kv_positions_capacity",
+                        "hearth_model_requests_running",
+                        "hearth_model_requests_waiting"})
     EXPECT_EQ(used.count(m), 1u) << "the dashboard does not chart " << m;
 }
 
@@ -459,8 +686,33 @@ TEST_F(LiveServer, PrometheusScrapesItWithTheShippedConfig) {
   ASSERT_TRUE(up) << "the target never became up; last: " << last << "\n" << prom.log_tail();
   ASSERT_TRUE(queried) << "no hearth series returned; last: " << last << "\n" << prom.log_tail();
 
+  // rate() needs two samples in its window: wait (bounded) for a second
+  // scrape of the target.
+  bool two_scrapes = false;
+  while (Clock::now() < deadline && !two_scrapes) {
+    ASSERT_TRUE(prom.running()) << "prometheus exited:\n" << prom.log_tail();
+    Struct answer;
+    last = parse_api(http_get(web, "/api/v1/query?query=" +
+                                       url_encode("count_over_time(hearth_build_info[1m])")),
+                     answer);
+    if (last.empty()) {
+      const Value* result = field(field(answer, "data")->struct_value(), "result");
+      two_scrapes = result != nullptr && result->list_value().values_size() > 0 &&
+                    std::atof(field(result->list_value().values(0).struct_value(), "value")
+                                  ->list_value()
+                                  .values(1)
+                                  .string_value()
+                                  .c_str()) >= 2;
+      last = "fewer than two scrapes yet";
+    }
+    if (!two_scrapes) std::this_thread::sleep_for(milliseconds(250));  // polling interval
+  }
+  ASSERT_TRUE(two_scrapes) << "no second scrape; last: " << last << "\n" << prom.log_tail();
+
   // Every dashboard expression is valid PromQL for this Prometheus (with
-  // Grafana's variables filled in) and returns data from the live server.
+  // Grafana's variables filled in) and returns series from the live server
+  // (a histogram_quantile over no new observations is a NaN sample, still a
+  // series: the panel's query matches what the server exposes).
   for (std::string e : dashboard_queries().exprs) {
     const std::string original = e;
     for (const auto& [var, value] : std::vector<std::pair<std::string, std::string>>{
@@ -471,6 +723,10 @@ TEST_F(LiveServer, PrometheusScrapesItWithTheShippedConfig) {
     const std::string err =
         parse_api(http_get(web, "/api/v1/query?query=" + url_encode(e)), answer);
     EXPECT_EQ(err, "") << "dashboard query: " << original;
+    if (!err.empty()) continue;
+    const Value* result = field(field(answer, "data")->struct_value(), "result");
+    EXPECT_TRUE(result != nullptr && result->list_value().values_size() > 0)
+        << "dashboard query returns no series: " << original;
   }
 }
 

@@ -161,10 +161,12 @@ void StepLoop::loop() {
       stepped_.push_back(a);
       ++rows;
     }
+    bool prompt_row = false;  // the first prompt chunk gets a row even past the budget
     for (Active* a : active_) {
       if (!a->sequence->prefilling() || !a->sink->has_room(kPiecesPerStep)) continue;
       const std::size_t left = options_.step_tokens > rows ? options_.step_tokens - rows : 0;
-      if (left == 0 && !inputs_.empty()) break;
+      if (left == 0 && prompt_row) break;
+      prompt_row = true;
       const std::span<const std::int32_t> chunk =
           a->sequence->next_tokens(std::max<std::size_t>(left, 1));
       inputs_.push_back(

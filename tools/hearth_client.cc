@@ -113,7 +113,10 @@ fault mix (each request independently, chosen from --mix-seed):
   --deadline-fraction F   use a deadline of --short-deadline-ms D (default 50);
                           DEADLINE_EXCEEDED counted as expected
   --short-deadline-max-tokens K  max tokens of those requests (default --max-tokens)
-  --long-prompt-fraction F  use a prompt of about --long-prompt-tokens N (default 512)
+  --long-prompt-fraction F  use a prompt of about --long-prompt-tokens N (default 512);
+                          the summary then also gives the TTFT of those requests apart
+                          and the inter-token latency of the others (all their gaps,
+                          and the gaps that overlap a long prompt's prefill)
   --mix-seed S            seed of these choices (default 1)
 
 )";

@@ -3,7 +3,8 @@
 // the server's /metrics and a parser for its samples, the resident memory of a
 // process, generic calls that send hand-encoded request bytes (for requests
 // the generated code would not produce, such as invalid UTF-8 in proto3
-// strings), and channels that reconnect quickly.
+// strings), channels that reconnect quickly, and channels whose unread
+// streams stall. (The batching tests in tests/server use them too.)
 //
 // Nothing here sleeps: every wait is a poll() or an RPC with a deadline.
 #pragma once
@@ -19,6 +20,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -163,6 +165,40 @@ inline std::optional<double> metric(const std::map<std::string, double>& m,
   return it->second;
 }
 
+// The sum of `name`'s samples whose label set contains every one of `labels`
+// (each written as in the exposition, e.g. "code=\"OK\""): a counter summed
+// over the labels not named.
+inline double sum_series(const std::map<std::string, double>& m, const std::string& name,
+                         const std::vector<std::string>& labels = {}) {
+  double sum = 0;
+  for (const auto& [series, value] : m) {
+    if (series.rfind(name + "{", 0) != 0 && series != name) continue;
+    bool match = true;
+    for (const std::string& l : labels) match = match && series.find(l) != std::string::npos;
+    if (match) sum += value;
+  }
+  return sum;
+}
+
+// Scrapes until `pred` holds on a scrape (back to back: each is a real HTTP
+// round trip) or `timeout` passes; returns the last scrape, *held whether it held.
+inline std::map<std::string, double> scrape_until(
+    const ServerProcess& server,
+    const std::function<bool(const std::map<std::string, double>&)>& pred, milliseconds timeout,
+    bool* held) {
+  const auto deadline = Clock::now() + timeout;
+  std::map<std::string, double> m;
+  do {
+    m = scrape(server);
+    if (pred(m)) {
+      *held = true;
+      return m;
+    }
+  } while (Clock::now() < deadline);
+  *held = false;
+  return m;
+}
+
 // --- processes ---------------------------------------------------------------
 
 // VmRSS of `pid` in bytes (from /proc/PID/status), or 0 when unreadable.
@@ -184,6 +220,22 @@ inline std::shared_ptr<grpc::Channel> fast_reconnect_channel(const std::string& 
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 200);
   static std::atomic<int> counter{0};
   args.SetInt("hearth.test.reliability_channel", counter++);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+// A channel whose streams take little data before their reader must read: a
+// small HTTP/2 stream window and no BDP probing (which would grow it). A
+// Generate stream on it that the test does not read stops generating after
+// about 130 short pieces (measured on stories260K and the demo model: about
+// 65 in flight in the 1 KiB window, then its PieceWriter's ring of 64): the
+// server holds it, unfinished, on its instance until the test reads. Each
+// call makes its own connection.
+inline std::shared_ptr<grpc::Channel> stalling_channel(const std::string& address) {
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_HTTP2_STREAM_LOOKAHEAD_BYTES, 1024);
+  args.SetInt(GRPC_ARG_HTTP2_BDP_PROBE, 0);
+  static std::atomic<int> counter{0};
+  args.SetInt("hearth.test.stalling_channel", counter++);
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
 }
 

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "tools/client/bench.h"
@@ -134,6 +135,61 @@ TEST(LongPrompt, HasTheRequestedNumberOfWords) {
   std::size_t words = 0;
   for (std::string w; in >> w;) ++words;
   EXPECT_EQ(words, 600u);
+}
+
+RequestOutcome outcome(bool long_prompt, double start_s, std::vector<double> token_times_s) {
+  RequestOutcome r;
+  r.plan.long_prompt = long_prompt;
+  r.start_s = start_s;
+  r.total_s = token_times_s.empty() ? 1.0 : token_times_s.back();
+  r.token_times_s = std::move(token_times_s);
+  return r;
+}
+
+TEST(LongPromptSplit, SeparatesTtftAndFindsTheGapsDuringALongPrefill) {
+  // A long prompt starts at 1.0 s and gets its first token at 1.5 s (prefill
+  // [1.0, 1.5]); the other stream, started at 0.5 s, has its tokens at 0.8,
+  // 0.9, 0.95, 1.6 and 1.7 s: one 0.65 s gap spans the prefill.
+  std::vector<RequestOutcome> runs = {
+      outcome(false, 0.5, {0.3, 0.4, 0.45, 1.1, 1.2}),
+      outcome(true, 1.0, {0.5, 0.6}),
+  };
+  const LongPromptSplit s = split_by_long_prompt(runs);
+  EXPECT_EQ(s.long_prompt_requests, 1u);
+  EXPECT_EQ(s.ttft_long, std::vector<double>({0.5}));
+  EXPECT_EQ(s.ttft_other, std::vector<double>({0.3}));
+  ASSERT_EQ(s.itl_other.size(), 4u);  // the long request's own gap is not counted
+  ASSERT_EQ(s.itl_during_long_prefill.size(), 1u);
+  EXPECT_NEAR(s.itl_during_long_prefill[0], 0.65, 1e-12);
+}
+
+TEST(LongPromptSplit, OverlappingPrefillsMergeAndAFailedOneRunsToItsEnd) {
+  // Two long prompts: [0.5, 0.8] and [0.7, 1.0]; a third got no token and
+  // ended at 2.5 + 0.5 = 3.0 ([2.5, 3.0]). Gaps of the other stream (start 0):
+  // [0, 0.6] overlaps, [0.6, 1.2] overlaps, [1.2, 2.5] touches the third only
+  // at its end point (no overlap), [2.5, 2.9] overlaps.
+  RequestOutcome failed = outcome(true, 2.5, {});
+  failed.total_s = 0.5;
+  failed.code = 4;
+  std::vector<RequestOutcome> runs = {
+      outcome(true, 0.5, {0.3}),
+      outcome(true, 0.7, {0.3}),
+      failed,
+      outcome(false, 0.0, {0.0, 0.6, 1.2, 2.5, 2.9}),
+  };
+  const LongPromptSplit s = split_by_long_prompt(runs);
+  EXPECT_EQ(s.long_prompt_requests, 3u);
+  EXPECT_EQ(s.ttft_long.size(), 2u);
+  EXPECT_EQ(s.itl_other.size(), 4u);
+  EXPECT_EQ(s.itl_during_long_prefill.size(), 3u);
+}
+
+TEST(LongPromptSplit, NothingWithoutLongPrompts) {
+  const LongPromptSplit s = split_by_long_prompt({outcome(false, 0.0, {0.1, 0.2})});
+  EXPECT_EQ(s.long_prompt_requests, 0u);
+  EXPECT_TRUE(s.ttft_long.empty());
+  EXPECT_TRUE(s.itl_during_long_prefill.empty());
+  EXPECT_EQ(s.itl_other.size(), 1u);
 }
 
 }  // namespace

@@ -146,6 +146,17 @@ BenchSummary summarize(const std::vector<RequestOutcome>& outcomes, double wall_
     s.stream_decode_tokens_per_s = decode_sum / static_cast<double>(s.stream_decode_samples);
   s.ttft_s = percentiles(std::move(ttft));
   s.itl_s = percentiles(std::move(itl));
+  s.itl_steady_s = percentiles(steady_decode_gaps(outcomes));
+  LongPromptSplit split = split_by_long_prompt(outcomes);
+  s.long_prompt_requests = split.long_prompt_requests;
+  if (s.long_prompt_requests) {
+    if (!split.itl_other.empty())
+      s.itl_other_max_s = *std::max_element(split.itl_other.begin(), split.itl_other.end());
+    s.ttft_long_prompt_s = percentiles(std::move(split.ttft_long));
+    s.ttft_other_s = percentiles(std::move(split.ttft_other));
+    s.itl_other_s = percentiles(std::move(split.itl_other));
+    s.itl_during_long_prefill_s = percentiles(std::move(split.itl_during_long_prefill));
+  }
   return s;
 }
 
@@ -166,6 +177,17 @@ std::string summary_text(const BenchSummary& s) {
          "\n";
   out += "TTFT:            " + percentiles_ms(s.ttft_s) + "\n";
   out += "inter-token:     " + percentiles_ms(s.itl_s) + "\n";
+  out += "  steady decode: " + percentiles_ms(s.itl_steady_s) + " (no prompt being prefilled)\n";
+  if (s.long_prompt_requests) {
+    out += "long prompts:    " + std::to_string(s.long_prompt_requests) + " requests\n";
+    out += "  TTFT long:     " + percentiles_ms(s.ttft_long_prompt_s) + "\n";
+    out += "  TTFT others:   " + percentiles_ms(s.ttft_other_s) + "\n";
+    out += "  ITL others:    " + percentiles_ms(s.itl_other_s) +
+           (s.itl_other_s.count ? ", max " + fmt("%.1f", s.itl_other_max_s * 1e3) + " ms" : "") +
+           "\n";
+    out +=
+        "  ITL others during a long prefill: " + percentiles_ms(s.itl_during_long_prefill_s) + "\n";
+  }
   for (const auto& [code, n] : s.errors) {
     out += "error:           " + code + " x" + std::to_string(n);
     auto it = s.error_examples.find(code);
@@ -195,7 +217,13 @@ std::string summary_json(const BenchSummary& s) {
          ",\"generated_tokens\":" + std::to_string(s.generated_tokens) +
          ",\"stream_decode_tokens_per_s\":" + fmt("%.4f", s.stream_decode_tokens_per_s) +
          ",\"ttft_s\":" + percentiles_json(s.ttft_s) + ",\"itl_s\":" + percentiles_json(s.itl_s) +
-         "}";
+         ",\"itl_steady_s\":" + percentiles_json(s.itl_steady_s) +
+         ",\"long_prompt_requests\":" + std::to_string(s.long_prompt_requests) +
+         ",\"ttft_long_prompt_s\":" + percentiles_json(s.ttft_long_prompt_s) +
+         ",\"ttft_other_s\":" + percentiles_json(s.ttft_other_s) +
+         ",\"itl_other_s\":" + percentiles_json(s.itl_other_s) +
+         ",\"itl_other_max_s\":" + fmt("%.6f", s.itl_other_max_s) +
+         ",\"itl_during_long_prefill_s\":" + percentiles_json(s.itl_during_long_prefill_s) + "}";
 }
 
 absl::StatusOr<std::vector<RequestOutcome>> run_bench(const std::shared_ptr<grpc::Channel>& channel,
@@ -221,8 +249,10 @@ absl::StatusOr<std::vector<RequestOutcome>> run_bench(const std::shared_ptr<grpc
     for (;;) {
       const std::size_t i = next.fetch_add(1);
       if (i >= o.requests) return;
+      const double start_s = seconds_since(t0);
       outcomes[i] =
           run_one(*stub, connection, o, plan_request(o, i), prompt, long_prompt, &progress);
+      outcomes[i].start_s = start_s;
     }
   };
   const std::size_t n_threads = std::min(o.concurrency, std::max<std::size_t>(o.requests, 1));

@@ -3,17 +3,23 @@
 // cancellations, short deadlines, long prompts) chosen deterministically from a
 // seed. Measures client-side: TTFT, inter-token latency, per-stream decode
 // speed (the same definition as hearth-generate: tokens after the first / time
-// from the first to the last token) and aggregate throughput.
+// from the first to the last token) and aggregate throughput. With long
+// prompts in the mix it also splits the latencies: TTFT of the long-prompt
+// requests apart from the others, and the inter-token gaps of the other
+// requests (all of them, and those that overlap a long prompt's prefill), so a
+// run shows what one long prefill costs the streams decoding beside it.
 //
 // The plan helpers below are header-only (no gRPC or proto types), so unit
 // tests can check them without linking the client library.
 #pragma once
 
+#include <algorithm>
 #include <cstddef>
 #include <cstdint>
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/statusor.h"
@@ -119,7 +125,90 @@ struct RequestOutcome {
   // Arrival of each piece with token_id >= 0.
   std::vector<double> token_times_s;
   double total_s = 0;
+  // When the request started, in seconds since the measured run started.
+  double start_s = 0;
 };
+
+// The latencies of a run split by the fault mix's long prompts (header-only,
+// so unit tests can check it without the client library).
+struct LongPromptSplit {
+  std::size_t long_prompt_requests = 0;
+  std::vector<double> ttft_long;   // first token of each long-prompt request
+  std::vector<double> ttft_other;  // first token of each other request
+  std::vector<double> itl_other;   // gaps between consecutive tokens of the other requests
+  // The gaps of `itl_other` whose interval overlaps the prefill of a
+  // long-prompt request (its start to its first token, or to its end when it
+  // got none): what a long prefill makes the streams beside it wait.
+  std::vector<double> itl_during_long_prefill;
+};
+
+// Prefill windows (a request's start to its first token, or to its end when
+// it got none) on the run's clock, merged into disjoint sorted intervals;
+// only the long-prompt requests' when `long_only`.
+class PrefillWindows {
+ public:
+  PrefillWindows(const std::vector<RequestOutcome>& outcomes, bool long_only) {
+    std::vector<std::pair<double, double>> windows;
+    for (const RequestOutcome& r : outcomes) {
+      if (long_only && !r.plan.long_prompt) continue;
+      const double end = r.token_times_s.empty() ? r.total_s : r.token_times_s.front();
+      windows.emplace_back(r.start_s, r.start_s + end);
+    }
+    std::sort(windows.begin(), windows.end());
+    for (const auto& w : windows) {
+      if (!merged_.empty() && w.first <= merged_.back().second) {
+        merged_.back().second = std::max(merged_.back().second, w.second);
+      } else {
+        merged_.push_back(w);
+      }
+    }
+  }
+  // Whether [a, b] overlaps a window (touching at one instant does not count).
+  bool overlaps(double a, double b) const {
+    auto it = std::lower_bound(
+        merged_.begin(), merged_.end(), a,
+        [](const std::pair<double, double>& w, double x) { return w.second <= x; });
+    return it != merged_.end() && it->first < b;
+  }
+
+ private:
+  std::vector<std::pair<double, double>> merged_;
+};
+
+inline LongPromptSplit split_by_long_prompt(const std::vector<RequestOutcome>& outcomes) {
+  LongPromptSplit out;
+  for (const RequestOutcome& r : outcomes) {
+    if (!r.plan.long_prompt) continue;
+    ++out.long_prompt_requests;
+    if (!r.token_times_s.empty()) out.ttft_long.push_back(r.token_times_s.front());
+  }
+  const PrefillWindows long_prefills(outcomes, /*long_only=*/true);
+  for (const RequestOutcome& r : outcomes) {
+    if (r.plan.long_prompt) continue;
+    const auto& t = r.token_times_s;
+    if (!t.empty()) out.ttft_other.push_back(t.front());
+    for (std::size_t i = 1; i < t.size(); ++i) {
+      out.itl_other.push_back(t[i] - t[i - 1]);
+      if (long_prefills.overlaps(r.start_s + t[i - 1], r.start_s + t[i]))
+        out.itl_during_long_prefill.push_back(t[i] - t[i - 1]);
+    }
+  }
+  return out;
+}
+
+// Steady decode: the inter-token gaps during which no request was being
+// prefilled (no prompt was being admitted beside the decoding streams).
+inline std::vector<double> steady_decode_gaps(const std::vector<RequestOutcome>& outcomes) {
+  const PrefillWindows prefills(outcomes, /*long_only=*/false);
+  std::vector<double> gaps;
+  for (const RequestOutcome& r : outcomes) {
+    const auto& t = r.token_times_s;
+    for (std::size_t i = 1; i < t.size(); ++i)
+      if (!prefills.overlaps(r.start_s + t[i - 1], r.start_s + t[i]))
+        gaps.push_back(t[i] - t[i - 1]);
+  }
+  return gaps;
+}
 
 struct BenchSummary {
   std::size_t concurrency = 0;
@@ -137,8 +226,16 @@ struct BenchSummary {
   // Mean over ok requests with >= 2 tokens of (tokens - 1) / (last - first arrival).
   double stream_decode_tokens_per_s = 0;
   std::size_t stream_decode_samples = 0;
-  Percentiles ttft_s;  // request start -> first token, every request that got one
-  Percentiles itl_s;   // gaps between consecutive tokens of a request
+  Percentiles ttft_s;        // request start -> first token, every request that got one
+  Percentiles itl_s;         // gaps between consecutive tokens of a request
+  Percentiles itl_steady_s;  // the gaps while no prompt was being prefilled (steady_decode_gaps)
+  // Split by long prompts (see LongPromptSplit; all empty without long prompts).
+  std::size_t long_prompt_requests = 0;
+  Percentiles ttft_long_prompt_s;
+  Percentiles ttft_other_s;
+  Percentiles itl_other_s;
+  Percentiles itl_during_long_prefill_s;
+  double itl_other_max_s = 0;
 };
 
 // Folds the outcomes of a run that took `wall_s` seconds.

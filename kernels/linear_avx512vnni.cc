@@ -9,6 +9,7 @@
 // four independent chains hide vpdpbusd's latency.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "kernels/linear_impl.h"
@@ -38,12 +39,16 @@ inline __mmask16 row_mask(std::size_t n_out, std::size_t g) {
 }
 
 constexpr std::size_t kQ4PrefetchBlocks = 8;
+// At most this many lines per block a GEMM tile prefetches of the next pair
+// of row groups (more competes with the tile's own loads).
+constexpr std::size_t kMaxPrefetchLines = 4;
 
 // Row groups [g, g + G) x the T tokens of token tile `tile`. When `pf` is
-// not null, also prefetches a.blocks cache lines from it into L2, one per block.
+// not null, also prefetches a.blocks x pf_lines cache lines from it into L2,
+// pf_lines per block.
 template <int G, int T, bool kQ4, bool kPerToken>
 void tile(const PackedWeights& w, const QuantizedActivations& a, std::size_t g, std::size_t tile,
-          float* y, std::size_t ldy, const std::uint8_t* pf) {
+          float* y, std::size_t ldy, const std::uint8_t* pf, std::size_t pf_lines) {
   constexpr std::size_t kBlockBytes = kQ4 ? kQ4BlockBytes : kQ8BlockBytes;
   const std::size_t gs = w.group_stride;
   const std::size_t first = tile * a.tile_tokens;
@@ -63,7 +68,9 @@ void tile(const PackedWeights& w, const QuantizedActivations& a, std::size_t g, 
     for (int j = 0; j < T; ++j) facc[i][j] = _mm512_setzero_ps();
 
   for (std::size_t b = 0; b < a.blocks; ++b) {
-    if (pf != nullptr) _mm_prefetch(reinterpret_cast<const char*>(pf + 64 * b), _MM_HINT_T1);
+    if (pf != nullptr)
+      for (std::size_t k = 0; k < pf_lines; ++k)
+        _mm_prefetch(reinterpret_cast<const char*>(pf + 64 * (b * pf_lines + k)), _MM_HINT_T1);
     __m512i acc[G][T];
 #pragma GCC unroll 8
     for (int j = 0; j < T; ++j)
@@ -78,7 +85,8 @@ void tile(const PackedWeights& w, const QuantizedActivations& a, std::size_t g, 
         for (int i = 0; i < G; ++i) {
 #pragma GCC unroll 4
           for (int c = 0; c < 4; ++c)
-            _mm_prefetch(reinterpret_cast<const char*>(wp + i * gs + kQ4PrefetchBlocks * kBlockBytes + 64 * c),
+            _mm_prefetch(reinterpret_cast<const char*>(wp + i * gs +
+                                                       kQ4PrefetchBlocks * kBlockBytes + 64 * c),
                          _MM_HINT_T0);
         }
       }
@@ -157,20 +165,20 @@ void tile(const PackedWeights& w, const QuantizedActivations& a, std::size_t g, 
 template <int G, bool kQ4, bool kPerToken>
 void tile_n(std::size_t tokens, const PackedWeights& w, const QuantizedActivations& a,
             std::size_t g, std::size_t tile_index, float* y, std::size_t ldy,
-            const std::uint8_t* pf) {
+            const std::uint8_t* pf, std::size_t pf_lines) {
   switch (tokens) {
     case 1:
-      return tile<G, 1, kQ4, kPerToken>(w, a, g, tile_index, y, ldy, pf);
+      return tile<G, 1, kQ4, kPerToken>(w, a, g, tile_index, y, ldy, pf, pf_lines);
     case 2:
-      return tile<G, 2, kQ4, kPerToken>(w, a, g, tile_index, y, ldy, pf);
+      return tile<G, 2, kQ4, kPerToken>(w, a, g, tile_index, y, ldy, pf, pf_lines);
     case 3:
-      return tile<G, 3, kQ4, kPerToken>(w, a, g, tile_index, y, ldy, pf);
+      return tile<G, 3, kQ4, kPerToken>(w, a, g, tile_index, y, ldy, pf, pf_lines);
     case 4:
-      return tile<G, 4, kQ4, kPerToken>(w, a, g, tile_index, y, ldy, pf);
+      return tile<G, 4, kQ4, kPerToken>(w, a, g, tile_index, y, ldy, pf, pf_lines);
     case 5:
-      return tile<G, 5, kQ4, kPerToken>(w, a, g, tile_index, y, ldy, pf);
+      return tile<G, 5, kQ4, kPerToken>(w, a, g, tile_index, y, ldy, pf, pf_lines);
     default:
-      return tile<G, 6, kQ4, kPerToken>(w, a, g, tile_index, y, ldy, pf);
+      return tile<G, 6, kQ4, kPerToken>(w, a, g, tile_index, y, ldy, pf, pf_lines);
   }
 }
 
@@ -184,25 +192,31 @@ void run(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0, 
   auto tokens = [&](std::size_t p) { return a.m - p * tt < tt ? a.m - p * tt : tt; };
   std::size_t g = g0;
   if (p1 - p0 == 1 && tokens(p0) == 1) {
-    for (; g + 4 <= g1; g += 4) tile<4, 1, kQ4, kPerToken>(w, a, g, p0, y, ldy, nullptr);
+    for (; g + 4 <= g1; g += 4) tile<4, 1, kQ4, kPerToken>(w, a, g, p0, y, ldy, nullptr, 0);
   }
   // Two row groups at a time, each pair over every token tile: the pair's
   // weights (2 x 16 rows x n_in) stay in L2 while all tokens stream past.
-  // Meanwhile the tiles prefetch the next pair's weights into L2, a slice
-  // each, so its first tile does not wait for DRAM.
+  // Meanwhile the tiles prefetch the next pair's weights into L2, each its
+  // share (a slice of pf_lines lines per block), so that with few tiles (a
+  // batched decode step of 8-16 rows) the whole next pair still arrives
+  // while this one computes, instead of the cores stalling on DRAM.
   const std::size_t slice = a.blocks * 64;
+  const std::size_t tiles = p1 - p0;
+  const std::size_t pair_slices = (2 * w.group_stride + slice - 1) / slice;
+  const std::size_t pf_lines =
+      std::min<std::size_t>((pair_slices + tiles - 1) / tiles, kMaxPrefetchLines);
   for (; g + 2 <= g1; g += 2) {
     const std::size_t next = g + 2 < g1 ? (g1 - g - 2 < 2 ? g1 - g - 2 : 2) : 0;
     const std::uint8_t* pf = w.data + (g + 2) * w.group_stride;
     for (std::size_t p = p0; p < p1; ++p) {
-      const std::size_t off = (p - p0) * slice;
+      const std::size_t off = (p - p0) * slice * pf_lines;
       tile_n<2, kQ4, kPerToken>(tokens(p), w, a, g, p, y, ldy,
-                                off < next * w.group_stride ? pf + off : nullptr);
+                                off < next * w.group_stride ? pf + off : nullptr, pf_lines);
     }
   }
   if (g < g1)
     for (std::size_t p = p0; p < p1; ++p)
-      tile_n<1, kQ4, kPerToken>(tokens(p), w, a, g, p, y, ldy, nullptr);
+      tile_n<1, kQ4, kPerToken>(tokens(p), w, a, g, p, y, ldy, nullptr, 0);
 }
 
 }  // namespace

@@ -35,7 +35,7 @@ Models (with none, the built-in synthetic demo model is served as "demo"):
   --context N               KV positions per instance (default: the model's, at most 4096)
   --kv-cache int8|float     KV cache type (default int8)
   --step-tokens N           token budget of one batched step: decode rows + prompt chunks
-                            (default 32; larger admits prompts faster, smaller keeps
+                            (default 24; larger admits prompts faster, smaller keeps
                             inter-token latency low while prompts are admitted)
   --keep-going              serve the models that load when another fails
 Network:

@@ -85,7 +85,7 @@ struct RunResult {
 
 struct StepLoopOptions {
   // Token budget of one step (decode rows + prompt chunk rows), >= 1.
-  std::size_t step_tokens = 32;
+  std::size_t step_tokens = 24;
   // Most sequences in one step: the model's instances.
   std::size_t max_sequences = 1;
 };

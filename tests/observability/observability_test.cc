@@ -88,13 +88,19 @@ GenerateOutcome generate(v1::Inference::Stub& stub, const std::string& model,
   return out;
 }
 
-GenerateOutcome complete(v1::Inference::Stub& stub, const std::string& prompt,
-                         std::uint32_t max_tokens) {
+// A request for exactly `max_tokens` tokens of kModel.
+v1::GenerateRequest fixed_length_request(const std::string& prompt, std::uint32_t max_tokens) {
   v1::GenerateRequest req;
   req.set_model(kModel);
   req.set_prompt(prompt);
   req.set_max_tokens(max_tokens);
   req.set_ignore_eos(true);
+  return req;
+}
+
+GenerateOutcome complete(v1::Inference::Stub& stub, const std::string& prompt,
+                         std::uint32_t max_tokens) {
+  const v1::GenerateRequest req = fixed_length_request(prompt, max_tokens);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + patience());
   v1::CompleteResponse resp;
@@ -122,11 +128,7 @@ class BackgroundGenerate {
  public:
   BackgroundGenerate(v1::Inference::Stub& stub, const std::string& prompt,
                      std::uint32_t max_tokens) {
-    v1::GenerateRequest req;
-    req.set_model(kModel);
-    req.set_prompt(prompt);
-    req.set_max_tokens(max_tokens);
-    req.set_ignore_eos(true);
+    const v1::GenerateRequest req = fixed_length_request(prompt, max_tokens);
     ctx_.set_deadline(std::chrono::system_clock::now() + patience());
     thread_ = std::thread([this, &stub, req] {
       std::unique_ptr<grpc::ClientReader<v1::GenerateResponse>> reader = stub.Generate(&ctx_, req);

@@ -70,13 +70,10 @@ absl::StatusOr<GenerationResult> generate(Module& module, const Tokenizer& token
   GenerationResult result;
   Clock::time_point t_prefilled = t_start, t_first = t_start;
   bool sampled = false;
-  const PieceFn emit = [&](std::string_view text, std::int32_t token) {
-    if (on_token) on_token(text, token);
-  };
   // One step: the next prompt chunk, or the last sampled token.
   while (!seq.finished()) {
     if (cancelled && cancelled()) {
-      seq.cancel(emit);
+      seq.cancel(on_token);
       break;
     }
     const std::span<const std::int32_t> tokens = seq.next_tokens(module.max_chunk());
@@ -88,7 +85,7 @@ absl::StatusOr<GenerationResult> generate(Module& module, const Tokenizer& token
     }
     if (logits_wanted && !sampled) t_prefilled = Clock::now();
     const absl::Status s =
-        seq.advance(tokens.size(), logits_wanted ? logits->data() : nullptr, temp, emit);
+        seq.advance(tokens.size(), logits_wanted ? logits->data() : nullptr, temp, on_token);
     end_step();
     if (!s.ok()) return s;
     if (logits_wanted && !sampled) {

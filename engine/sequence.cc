@@ -62,13 +62,13 @@ void Sequence::keep_text() {
   text_.reserve(max_tokens_ * max_text_bytes_ + 64);
 }
 
-void Sequence::emit_piece(std::int32_t token, const PieceFn& emit) {
+void Sequence::emit_piece(std::int32_t token, const TokenCallback& emit) {
   if (keep_text_) text_.append(piece_);
   if (emit) emit(piece_, token);
 }
 
 absl::Status Sequence::advance(std::size_t n, const float* logits, MemoryAllocator& scratch,
-                               const PieceFn& emit) {
+                               const TokenCallback& emit) {
   if (finished_) return absl::FailedPreconditionError("Sequence::advance: already finished");
   if (n == 0 || n > next_tokens(n).size())
     return absl::InvalidArgumentError(str_cat("Sequence::advance: ", n, " tokens ran"));
@@ -107,11 +107,11 @@ absl::Status Sequence::advance(std::size_t n, const float* logits, MemoryAllocat
   return absl::OkStatus();
 }
 
-void Sequence::cancel(const PieceFn& emit) {
+void Sequence::cancel(const TokenCallback& emit) {
   if (!finished_) end(FinishReason::kCancelled, emit);
 }
 
-void Sequence::end(FinishReason reason, const PieceFn& emit) {
+void Sequence::end(FinishReason reason, const TokenCallback& emit) {
   finished_ = true;
   finish_ = reason;
   // Whatever the decoder and the stop matcher still hold goes out, unless

@@ -9,7 +9,8 @@
 // samples its next token (its own Sampler), checks EOS, max_tokens, the
 // context and its stop strings (its own StopMatcher), and turns the token
 // into text (its own TokenStreamDecoder), handing each piece to the caller's
-// PieceFn. finished() says when it is done, and why (finish()).
+// TokenCallback (engine/generation.h). finished() says when it is done, and
+// why (finish()).
 //
 // Prefill and decode in the same shape: during prefill next_tokens() returns
 // up to `budget` prompt tokens; the logits of a chunk matter only when it
@@ -42,11 +43,6 @@
 
 namespace hearth::engine {
 
-// Receives each piece of text (possibly empty while a character or a
-// possible stop string is held back) with the token that produced it; -1
-// for the text still held back at the end.
-using PieceFn = std::function<void(std::string_view text, std::int32_t token)>;
-
 class Sequence {
  public:
   // Checks the request against the model: sampling values, prompt ids
@@ -70,9 +66,9 @@ class Sequence {
   // last one's when wants_logits(n) (vocab floats), else nullptr. Samples,
   // emits, and may finish. ResourceExhausted when `scratch` is exhausted.
   absl::Status advance(std::size_t n, const float* logits, MemoryAllocator& scratch,
-                       const PieceFn& emit);
+                       const TokenCallback& emit);
   // Ends the sequence now (client gone, deadline, shutdown): kCancelled.
-  void cancel(const PieceFn& emit);
+  void cancel(const TokenCallback& emit);
 
   bool finished() const { return finished_; }
   FinishReason finish() const { return finish_; }
@@ -88,8 +84,8 @@ class Sequence {
   Sequence(const Tokenizer& tokenizer, const GenerationRequest& request, std::size_t context,
            std::size_t n_vocab);
   // Flushes the decoder and stop matcher, emits what was held, sets finish_.
-  void end(FinishReason reason, const PieceFn& emit);
-  void emit_piece(std::int32_t token, const PieceFn& emit);
+  void end(FinishReason reason, const TokenCallback& emit);
+  void emit_piece(std::int32_t token, const TokenCallback& emit);
 
   const Tokenizer& tokenizer_;
   const std::size_t context_;

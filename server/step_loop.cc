@@ -30,7 +30,7 @@ struct StepLoop::Active {
   PieceSink* sink = nullptr;
   const CallContext* call = nullptr;
   const std::atomic<bool>* aborted = nullptr;
-  engine::PieceFn emit;
+  engine::TokenCallback emit;
   Clock::time_point handed_over{};
   Clock::time_point first_token{};
   bool sampled = false;

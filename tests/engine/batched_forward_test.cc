@@ -210,7 +210,7 @@ void run_alone(const Model& m, KvCacheType kv, const GenerationRequest& req, Tra
   ASSERT_TRUE(started.ok()) << started.status();
   Sequence& seq = **started;
   Trace t;
-  const PieceFn emit = [&t](std::string_view text, std::int32_t) { t.text.append(text); };
+  const TokenCallback emit = [&t](std::string_view text, std::int32_t) { t.text.append(text); };
   TempAllocatorLease lease;
   while (!seq.finished()) {
     const std::span<const std::int32_t> tokens =
@@ -237,7 +237,7 @@ struct Lane {
   // Set by run_batched:
   std::unique_ptr<Module> instance;
   std::unique_ptr<Sequence> sequence;
-  PieceFn emit;
+  TokenCallback emit;
   Trace trace;
 };
 
@@ -692,7 +692,7 @@ TEST(BatchedForward, BadStepsAreRefusedAndCorruptNothing) {
   std::unique_ptr<Module> live[2] = {new_instance(*m, kv), new_instance(*m, kv)};
   std::unique_ptr<Sequence> seq[2];
   Trace trace[2];
-  PieceFn emit[2];
+  TokenCallback emit[2];
   for (int i = 0; i < 2; ++i) {
     auto s = Sequence::start(*m->tokenizer, req[i], live[i]->context_length(), m->vocab());
     ASSERT_TRUE(s.ok()) << s.status();
@@ -845,7 +845,9 @@ TEST_P(Batched, SteadyDecodeStepOfFourSequencesMakesNoHeapAllocation) {
   std::unique_ptr<Sequence> seq[kLanes];
   std::string streamed;
   streamed.reserve(1 << 16);  // far more than 4 x 24 pieces of text
-  const PieceFn emit = [&streamed](std::string_view text, std::int32_t) { streamed.append(text); };
+  const TokenCallback emit = [&streamed](std::string_view text, std::int32_t) {
+    streamed.append(text);
+  };
   for (std::size_t i = 0; i < kLanes; ++i) {
     inst[i] = new_instance(*m, kv());
     ASSERT_NE(inst[i], nullptr);

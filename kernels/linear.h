@@ -106,7 +106,7 @@ class Linear {
   // overlap. m = 0 is a no-op.
   //
   // Scratch: the quantized path takes about m x 1.25 n_in bytes (int8
-  // activations in tiles of up to 6 tokens rounded up to 64 bytes, plus an
+  // activations in tiles of up to 8 tokens rounded up to 64 bytes, plus an
   // int32 and a float per 32 inputs) from `scratch`, on the calling thread,
   // and nothing from the heap; the float path takes nothing (XNNPACK makes no
   // allocation in setup or run for this operator). `pool` may be nullptr (run

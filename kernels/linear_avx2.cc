@@ -4,6 +4,14 @@
 // through vpmaddubsw as on the AVX-512 path without VNNI (see linear_avx512.cc
 // for why nothing saturates): Q8_0 multiplies |w| by x carrying w's sign
 // (vpsignb), Q4_0 multiplies the nibble by x and widens once per block.
+//
+// Register tiles. One token (decode) streams the weights: 2 row groups x 1
+// token, the tile that keeps the most loads in flight. Several tokens reuse
+// each weight from registers: Q4_0 unpacks a half's whole block once (8
+// registers of nibbles) and runs it against every token of an activation
+// tile (up to kTileTokensAvx2 = 8), so unpacking, not multiplying, is what
+// the tile amortizes; Q8_0 has no unpacking to amortize but needs its sign
+// registers, so it runs 1 row group x 2 tokens at a time within a tile.
 #include <immintrin.h>
 
 #include <cstring>
@@ -35,22 +43,23 @@ inline std::int32_t hsum(__m256i v) {
   return _mm_cvtsi128_si32(s);
 }
 
-// Row groups [g, g + G) (2G halves of 8 rows) x the T tokens of token tile
-// `tile` (pointer walk as in linear_avx512vnni.cc).
+// Row groups [g, g + G) (2G halves of 8 rows) x tokens [j0, j0 + T) of
+// token tile `tile`, whose width is n (pointer walk as in
+// linear_avx512vnni.cc).
 template <int G, int T, bool kQ4, bool kPerToken>
 void tile(const PackedWeights& w, const QuantizedActivations& a, std::size_t g, std::size_t tile,
-          float* y, std::size_t ldy) {
+          std::size_t j0, std::size_t n, float* y, std::size_t ldy) {
   constexpr int H = 2 * G;
   constexpr std::size_t kBlockBytes = kQ4 ? kQ4BlockBytes : kQ8BlockBytes;
   const std::size_t gs = w.group_stride;
-  const std::size_t first = tile * a.tile_tokens;
+  const std::size_t first = tile * a.tile_tokens + j0;
   // Half h of the tile: group h / 2, rows 8 (h % 2) .. +8: bytes 32 (h % 2)
   // of each 64-byte step, scales 16 (h % 2) of each block's 32.
   const std::uint8_t* wp = w.data + g * gs;
   const std::uint8_t* sp = wp + w.scales_offset;
-  const std::int8_t* xp = a.q + tile * a.q_tile_stride;
-  const std::int32_t* bp = a.bias + first * a.blocks;
-  const float* dp = a.d + (kPerToken ? first : first * a.blocks);
+  const std::int8_t* xp = a.q + tile * a.q_tile_stride + 4 * j0;
+  const std::int32_t* bp = a.bias + (first - j0) * a.blocks + j0;
+  const float* dp = a.d + (kPerToken ? first : (first - j0) * a.blocks + j0);
   const __m256i low4 = _mm256_set1_epi8(0x0f);
   const __m256i sign8 = _mm256_set1_epi8(static_cast<char>(0x80));
   const __m256i ones16 = _mm256_set1_epi16(1);
@@ -80,8 +89,8 @@ void tile(const PackedWeights& w, const QuantizedActivations& a, std::size_t g, 
         }
 #pragma GCC unroll 8
         for (int j = 0; j < T; ++j) {
-          const __m256i xlo = broadcast4(xp + 4 * T * c + 4 * j);
-          const __m256i xhi = broadcast4(xp + 4 * T * (c + 4) + 4 * j);
+          const __m256i xlo = broadcast4(xp + 4 * n * c + 4 * j);
+          const __m256i xhi = broadcast4(xp + 4 * n * (c + 4) + 4 * j);
 #pragma GCC unroll 8
           for (int h = 0; h < H; ++h) {
             acc[h][j] = _mm256_add_epi16(acc[h][j], _mm256_maddubs_epi16(lo[h], xlo));
@@ -110,7 +119,7 @@ void tile(const PackedWeights& w, const QuantizedActivations& a, std::size_t g, 
         }
 #pragma GCC unroll 8
         for (int j = 0; j < T; ++j) {
-          const __m256i xv = broadcast4(xp + 4 * T * s + 4 * j);
+          const __m256i xv = broadcast4(xp + 4 * n * s + 4 * j);
 #pragma GCC unroll 8
           for (int h = 0; h < H; ++h) {
             const __m256i p = _mm256_maddubs_epi16(aw[h], _mm256_sign_epi8(xv, ws[h]));
@@ -135,9 +144,9 @@ void tile(const PackedWeights& w, const QuantizedActivations& a, std::size_t g, 
     }
     wp += kBlockBytes;
     sp += kScaleBytes;
-    xp += 4 * T * 8;
-    bp += T;
-    if constexpr (!kPerToken) dp += T;
+    xp += 4 * n * 8;
+    bp += n;
+    if constexpr (!kPerToken) dp += n;
   }
 
 #pragma GCC unroll 4
@@ -166,7 +175,106 @@ void tile(const PackedWeights& w, const QuantizedActivations& a, std::size_t g, 
   }
 }
 
-static_assert(kTileTokensAvx2 == 2, "run() covers tiles of 1..2 tokens");
+// Q4_0: one half (8 rows) of row group g x all T tokens of token tile
+// `tile` (T is the tile's width). The half's block is unpacked once into 8
+// registers of nibbles (u[c]: inputs 4c..4c+3, u[c + 4]: inputs 16+4c..+3);
+// each token's 8 products are summed in int16 (at most 8 x 2 x 15 x 127 =
+// 30480), widened once, and accumulated in float as on every path.
+template <int T, bool kPerToken>
+void q4_half_tile(const PackedWeights& w, const QuantizedActivations& a, std::size_t g,
+                  std::size_t half, std::size_t tile, float* y, std::size_t ldy) {
+  const std::size_t first = tile * a.tile_tokens;
+  const std::uint8_t* wp = w.data + g * w.group_stride + 32 * half;
+  const std::uint8_t* sp = w.data + g * w.group_stride + w.scales_offset + 16 * half;
+  const std::int8_t* xp = a.q + tile * a.q_tile_stride;
+  const std::int32_t* bp = a.bias + first * a.blocks;
+  const float* dp = a.d + (kPerToken ? first : first * a.blocks);
+  const __m256i low4 = _mm256_set1_epi8(0x0f);
+  const __m256i ones16 = _mm256_set1_epi16(1);
+  __m256 facc[T];
+#pragma GCC unroll 8
+  for (int j = 0; j < T; ++j) facc[j] = _mm256_setzero_ps();
+
+  for (std::size_t b = 0; b < a.blocks; ++b) {
+    __m256i u[8];
+#pragma GCC unroll 4
+    for (int c = 0; c < 4; ++c) {
+      const __m256i raw = _mm256_load_si256(reinterpret_cast<const __m256i*>(wp + 64 * c));
+      u[c] = _mm256_and_si256(raw, low4);
+      u[c + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+    }
+    const __m256 dw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(sp)));
+#pragma GCC unroll 8
+    for (int j = 0; j < T; ++j) {
+      __m256i p[8];
+#pragma GCC unroll 8
+      for (int s = 0; s < 8; ++s)
+        p[s] = _mm256_maddubs_epi16(u[s], broadcast4(xp + 4 * T * s + 4 * j));
+      const __m256i sum16 = _mm256_add_epi16(
+          _mm256_add_epi16(_mm256_add_epi16(p[0], p[1]), _mm256_add_epi16(p[2], p[3])),
+          _mm256_add_epi16(_mm256_add_epi16(p[4], p[5]), _mm256_add_epi16(p[6], p[7])));
+      const __m256i dot =
+          _mm256_add_epi32(_mm256_set1_epi32(bp[j]), _mm256_madd_epi16(sum16, ones16));
+      const __m256 fdot = _mm256_cvtepi32_ps(dot);
+      if constexpr (kPerToken) {
+        facc[j] = _mm256_fmadd_ps(fdot, dw, facc[j]);
+      } else {
+        facc[j] = _mm256_fmadd_ps(fdot, _mm256_mul_ps(dw, _mm256_set1_ps(dp[j])), facc[j]);
+      }
+    }
+    wp += kQ4BlockBytes;
+    sp += kScaleBytes;
+    xp += 4 * T * 8;
+    bp += T;
+    if constexpr (!kPerToken) dp += T;
+  }
+
+  const std::size_t row0 = g * kGroupRows + 8 * half;
+  const std::size_t rows = w.n_out - row0 >= 8 ? 8 : w.n_out - row0;
+#pragma GCC unroll 8
+  for (int j = 0; j < T; ++j) {
+    __m256 v = facc[j];
+    if constexpr (kPerToken) v = _mm256_mul_ps(v, _mm256_set1_ps(dp[j]));
+    float* out = y + (first + j) * ldy + row0;
+    if (rows == 8) {
+      _mm256_storeu_ps(out, v);
+    } else {
+      alignas(32) float tmp[8];
+      _mm256_store_ps(tmp, v);
+      for (std::size_t r = 0; r < rows; ++r) out[r] = tmp[r];
+    }
+  }
+}
+
+static_assert(kTileTokensAvx2 == 8, "q4_tiles() covers tiles of 1..8 tokens");
+// Widest Q4_0 token tile that still runs as pair tiles.
+constexpr std::size_t kPairTileMaxTokensQ4 = 2;
+
+// Q4_0, row group g x token tile p of n tokens (1..8).
+template <bool kPerToken>
+void q4_tiles(const PackedWeights& w, const QuantizedActivations& a, std::size_t g, std::size_t p,
+              std::size_t n, float* y, std::size_t ldy) {
+  using Fn = void (*)(const PackedWeights&, const QuantizedActivations&, std::size_t, std::size_t,
+                      std::size_t, float*, std::size_t);
+  static constexpr Fn kByWidth[] = {q4_half_tile<1, kPerToken>, q4_half_tile<2, kPerToken>,
+                                    q4_half_tile<3, kPerToken>, q4_half_tile<4, kPerToken>,
+                                    q4_half_tile<5, kPerToken>, q4_half_tile<6, kPerToken>,
+                                    q4_half_tile<7, kPerToken>, q4_half_tile<8, kPerToken>};
+  // A half whose rows are all padding (the last group of n_out % 16 <= 8) is skipped.
+  const std::size_t halves = w.n_out - g * kGroupRows > 8 ? 2 : 1;
+  for (std::size_t h = 0; h < halves; ++h) kByWidth[n - 1](w, a, g, h, p, y, ldy);
+}
+
+// Row group g x token tile p of n tokens, 2 tokens at a time: Q8_0 always,
+// Q4_0 when the tile is too narrow for unpacking once to pay (measured with
+// bench_batched_step: 2 tokens run faster as one 16-row tile).
+template <bool kQ4, bool kPerToken>
+void pair_tiles(const PackedWeights& w, const QuantizedActivations& a, std::size_t g, std::size_t p,
+                std::size_t n, float* y, std::size_t ldy) {
+  std::size_t j = 0;
+  for (; j + 2 <= n; j += 2) tile<1, 2, kQ4, kPerToken>(w, a, g, p, j, n, y, ldy);
+  if (j < n) tile<1, 1, kQ4, kPerToken>(w, a, g, p, j, n, y, ldy);
+}
 
 template <bool kQ4, bool kPerToken>
 void run(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0, std::size_t g1,
@@ -175,15 +283,18 @@ void run(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0, 
   const std::size_t p0 = t0 / tt, p1 = (t1 + tt - 1) / tt;
   auto tokens = [&](std::size_t p) { return a.m - p * tt < tt ? a.m - p * tt : tt; };
   std::size_t g = g0;
-  if (p1 - p0 == 1 && tokens(p0) == 1) {
-    for (; g + 2 <= g1; g += 2) tile<2, 1, kQ4, kPerToken>(w, a, g, p0, y, ldy);
+  if (a.m == 1) {  // decode: the streaming GEMV tile
+    for (; g + 2 <= g1; g += 2) tile<2, 1, kQ4, kPerToken>(w, a, g, 0, 0, 1, y, ldy);
+    if (g < g1) tile<1, 1, kQ4, kPerToken>(w, a, g, 0, 0, 1, y, ldy);
+    return;
   }
   for (; g < g1; ++g)
     for (std::size_t p = p0; p < p1; ++p) {
-      if (tokens(p) == 2) {
-        tile<1, 2, kQ4, kPerToken>(w, a, g, p, y, ldy);
+      const std::size_t n = tokens(p);
+      if (kQ4 && n > kPairTileMaxTokensQ4) {
+        q4_tiles<kPerToken>(w, a, g, p, n, y, ldy);
       } else {
-        tile<1, 1, kQ4, kPerToken>(w, a, g, p, y, ldy);
+        pair_tiles<kQ4, kPerToken>(w, a, g, p, n, y, ldy);
       }
     }
 }

@@ -27,7 +27,7 @@ inline constexpr std::size_t kQ4BlockBytes = kGroupRows * kQuantGroup / 2;  // 2
 // Tokens per activation tile (QuantizedActivations::tile_tokens) of each
 // path: the token width of its GEMM register tile.
 inline constexpr std::size_t kTileTokensScalar = 1;
-inline constexpr std::size_t kTileTokensAvx2 = 2;
+inline constexpr std::size_t kTileTokensAvx2 = 8;
 inline constexpr std::size_t kTileTokensAvx512 = 4;
 inline constexpr std::size_t kTileTokensAvx512Vnni = 6;
 // Bytes of fp16 scales per (row group, block).

@@ -202,7 +202,7 @@ std::vector<Shape> odd_shapes() {
   // path, small batches and token-tile tails.
   for (std::size_t n_in : {32, 96, 4128})
     for (std::size_t n_out : {1, 17, 33, 100})
-      for (std::size_t m : {1, 3, 7, 9, 130}) {
+      for (std::size_t m : {1, 3, 4, 5, 6, 7, 8, 9, 14, 130}) {
         if (n_in == 4128 && n_out == 100 && m == 130) continue;  // keep the scalar runs short
         shapes.push_back({n_out, n_in, m});
       }

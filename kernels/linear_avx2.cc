@@ -45,10 +45,12 @@ inline std::int32_t hsum(__m256i v) {
 
 // Row groups [g, g + G) (2G halves of 8 rows) x tokens [j0, j0 + T) of
 // token tile `tile`, whose width is n (pointer walk as in
-// linear_avx512vnni.cc).
-template <int G, int T, bool kQ4, bool kPerToken>
+// linear_avx512vnni.cc). kWidth, when not 0, is n known at compile time (the
+// decode GEMV's 1), so its address arithmetic folds into constants.
+template <int G, int T, bool kQ4, bool kPerToken, std::size_t kWidth = 0>
 void tile(const PackedWeights& w, const QuantizedActivations& a, std::size_t g, std::size_t tile,
-          std::size_t j0, std::size_t n, float* y, std::size_t ldy) {
+          std::size_t j0, std::size_t width, float* y, std::size_t ldy) {
+  const std::size_t n = kWidth != 0 ? kWidth : width;
   constexpr int H = 2 * G;
   constexpr std::size_t kBlockBytes = kQ4 ? kQ4BlockBytes : kQ8BlockBytes;
   const std::size_t gs = w.group_stride;
@@ -284,8 +286,8 @@ void run(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0, 
   auto tokens = [&](std::size_t p) { return a.m - p * tt < tt ? a.m - p * tt : tt; };
   std::size_t g = g0;
   if (a.m == 1) {  // decode: the streaming GEMV tile
-    for (; g + 2 <= g1; g += 2) tile<2, 1, kQ4, kPerToken>(w, a, g, 0, 0, 1, y, ldy);
-    if (g < g1) tile<1, 1, kQ4, kPerToken>(w, a, g, 0, 0, 1, y, ldy);
+    for (; g + 2 <= g1; g += 2) tile<2, 1, kQ4, kPerToken, 1>(w, a, g, 0, 0, 1, y, ldy);
+    if (g < g1) tile<1, 1, kQ4, kPerToken, 1>(w, a, g, 0, 0, 1, y, ldy);
     return;
   }
   for (; g < g1; ++g)

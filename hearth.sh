@@ -52,10 +52,22 @@ build() {
   cmake --build "build/$preset" ${1:+--target "$@"}
 }
 
+# run_tests PRESET [CTEST ARGS...]; each run leaves a JUnit file that
+# skip_summary (the last step of `test`) reads.
+JUNIT_FILES=()
 run_tests() {
-  local preset=$1
-  say "running tests in build/$preset (ctest --preset $preset)"
-  ctest --preset "$preset" -j "$(nproc)"
+  local preset=$1; shift
+  local junit=$PWD/build/$preset/ctest-junit.xml
+  say "running tests in build/$preset (ctest --preset $preset $*)"
+  JUNIT_FILES+=("$junit")
+  ctest --preset "$preset" -j "$(nproc)" --output-junit "$junit" "$@"
+}
+
+# How many tests were skipped, and why (a missing ../shared fails instead
+# under CI: tests/support/shared_data.h).
+skip_summary() {
+  say "skipped tests"
+  python3 tests/support/skip_summary.py "${JUNIT_FILES[@]}"
 }
 
 case "${1:-}" in
@@ -79,10 +91,10 @@ case "${1:-}" in
     build asan
     run_tests asan
     build tsan hearth_tsan_tests
-    say "running the threaded suites in build/tsan (ctest --preset tsan -L tsan)"
-    ctest --preset tsan -L tsan -j "$(nproc)"
+    run_tests tsan -L tsan
     # libFuzzer targets (clang-14, ASan+UBSan), a bounded time each.
     tests/fuzz/run_fuzzers.sh "${HEARTH_FUZZ_SECONDS:-45}"
+    skip_summary
     say "all test suites passed"
     ;;
   *)

@@ -626,9 +626,15 @@ TEST_F(LiveServer, PrometheusScrapesItWithTheShippedConfig) {
   TempDir dir;
   ASSERT_FALSE(dir.path.empty());
 
-  // The shipped config with only the target rewritten (compose's
-  // "hearth:9464" becomes this test's server).
+  // The shipped config with the target rewritten (compose's "hearth:9464"
+  // becomes this test's server) and the job renamed to what a Kubernetes
+  // ServiceMonitor calls it (the Service's name), so the dashboard is shown
+  // to work whatever the job is called.
   std::string config = read_file(HEARTH_PROMETHEUS_YML);
+  const std::string shipped_job = "job_name: hearth\n", job = "hearth-metrics";
+  const std::size_t job_at = config.find(shipped_job);
+  ASSERT_NE(job_at, std::string::npos) << HEARTH_PROMETHEUS_YML << " no longer has " << shipped_job;
+  config.replace(job_at, shipped_job.size(), "job_name: " + job + "\n");
   const std::string shipped_target = "\"hearth:9464\"";
   const std::size_t at = config.find(shipped_target);
   ASSERT_NE(at, std::string::npos)
@@ -677,7 +683,7 @@ TEST_F(LiveServer, PrometheusScrapesItWithTheShippedConfig) {
         if (queried) {
           const Struct& metric =
               field(result->list_value().values(0).struct_value(), "metric")->struct_value();
-          EXPECT_EQ(field(metric, "job")->string_value(), "hearth");
+          EXPECT_EQ(field(metric, "job")->string_value(), job);
           EXPECT_NE(field(metric, "version"), nullptr);
         }
         last = "no hearth_build_info series yet";
@@ -712,13 +718,14 @@ TEST_F(LiveServer, PrometheusScrapesItWithTheShippedConfig) {
   ASSERT_TRUE(two_scrapes) << "no second scrape; last: " << last << "\n" << prom.log_tail();
 
   // Every dashboard expression is valid PromQL for this Prometheus (with
-  // Grafana's variables filled in) and returns series from the live server
-  // (a histogram_quantile over no new observations is a NaN sample, still a
-  // series: the panel's query matches what the server exposes).
+  // Grafana's variables filled in: $job as its query, label_values of
+  // hearth_build_info, resolves here) and returns series from the live
+  // server (a histogram_quantile over no new observations is a NaN sample,
+  // still a series: the panel's query matches what the server exposes).
   for (std::string e : dashboard_queries().exprs) {
     const std::string original = e;
     for (const auto& [var, value] : std::vector<std::pair<std::string, std::string>>{
-             {"$__rate_interval", "1m"}, {"$model", ".*"}}) {
+             {"$__rate_interval", "1m"}, {"$model", ".*"}, {"$job", job}}) {
       for (std::size_t p; (p = e.find(var)) != std::string::npos;) e.replace(p, var.size(), value);
     }
     Struct answer;

@@ -20,6 +20,7 @@ PACKAGES=(
   python3-grpcio python3-grpc-tools
   clang-14 libclang-rt-14-dev
   prometheus openssl curl
+  docker-compose  # validates deploy/docker-compose.yml (no daemon needed)
 )
 # npm runs the dashboard and manifest checks; any npm on PATH will do,
 # otherwise Debian's.

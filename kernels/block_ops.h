@@ -91,8 +91,8 @@ struct RopeConfig {
 // and shared by its heads, and are identical on every ISA path; the paths
 // differ only in whether the rotation uses fused multiply-adds (<= 1 ulp).
 // Cost: the rotation is vectorised; the rot_dim/2 cosf + sinf per token stay
-// scalar libm calls (bit-exact with ggml) and take most of the time for one
-// token of 32 heads x 128 (~0.5 us of ~0.7 us on AVX-512).
+// scalar libm calls (bit-exact with ggml) and take most of RoPE's time
+// (docs/performance.md).
 //
 // Preconditions: cfg.rot_dim even, 2 <= rot_dim <= head_dim; base > 0.
 void rope(float* x, std::size_t tokens, std::size_t n_heads, std::size_t head_dim,

@@ -20,9 +20,8 @@ inline constexpr std::size_t kKvTile = 128;
 
 // The SIMD loops prefetch the K/V bytes this far ahead of those they read,
 // into L1 and, further ahead, into L2: on one core the hardware prefetcher
-// alone leaves decode well short of the streaming bandwidth (best of runs on
-// the development VM, one thread, context 4096: int8 5.6 -> 8.4 GB/s, float
-// 8.2 -> 11.5 GB/s, of 11.6). Past a tile's end the next tile's rows follow
+// alone leaves decode well short of the streaming bandwidth
+// (docs/performance.md). Past a tile's end the next tile's rows follow
 // contiguously, so the streams never break.
 inline constexpr std::size_t kPrefetchL1Bytes = 2048;
 inline constexpr std::size_t kPrefetchL2Bytes = 8192;

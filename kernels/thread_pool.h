@@ -4,18 +4,18 @@
 // per thread; each thread runs its own range front to back, half of what is
 // left of it per claim (one call over adjacent chunks), then takes single
 // chunks from the back of the others' ranges. The region ends when every
-// chunk has run. (Contiguous ranges keep each thread's reads sequential:
-// 2-thread decode of the TinyLlama shape rose from 84-88% to 90-95% of the
-// streaming bandwidth over chunks handed out in turn. Claiming halves lets
-// chunks be fine, so a region's end waits for a small chunk, without
-// splitting the owner's stream into many calls.)
+// chunk has run. (Contiguous ranges keep each thread's reads sequential,
+// which a memory-bound decode needs to reach the streaming bandwidth;
+// claiming halves lets chunks be fine, so a region's end waits for a small
+// chunk, without splitting the owner's stream into many calls. Figures:
+// docs/performance.md.)
 //
 // A worker that is not running (the machine is busy, or it is asleep)
 // simply claims nothing: the caller runs the chunks itself and never waits
 // for a thread that has no chunk. So a region's cost does not depend on
 // every worker being scheduled, which a fixed-split pool (each thread owns a
-// slice and the caller waits for all) cannot promise: on a shared 2-core
-// machine that wait turned a 1 ms decode step into 20 ms.
+// slice and the caller waits for all) cannot promise: there a descheduled
+// worker stalls the whole step for its time slice.
 //
 // Workers spin for a short while after a region (decode runs regions a few
 // microseconds apart), then sleep until the next one.
@@ -102,8 +102,7 @@ class ThreadPool {
 
   // How many chunks parallel_for would use: no more than threads() x
   // kChunksPerThread (fine enough that taking chunks from a slower thread
-  // evens out a region's end: 2-thread decode gained 1-2% over 8) and no
-  // chunk smaller than `grain`.
+  // evens out a region's end) and no chunk smaller than `grain`.
   static constexpr std::size_t kChunksPerThread = 32;
   std::size_t chunk_count(std::size_t range, std::size_t grain) const noexcept;
 

@@ -2,9 +2,9 @@
 // so that the generating thread never waits for gRPC.
 //
 // A synchronous gRPC Write returns once its message has gone to the
-// transport: on loopback that took about 145 us per piece, 50 us of it CPU.
-// Made by the generating thread between decode steps, the wait was 4-5% of a
-// 3 ms step (serving overhead measured by bench/server/serving_overhead.sh).
+// transport, a wait that, made by the generating thread between decode
+// steps, would add to every step (docs/performance.md;
+// bench/server/serving_overhead.sh measures it).
 // Here the generating thread only copies the piece into a reused slot, and
 // the writer's thread makes the Write calls, in order, while the next step
 // runs.

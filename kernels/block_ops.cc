@@ -117,16 +117,10 @@ const BlockOpsKernels kBlockOpsScalar = {
 };
 
 const BlockOpsKernels& block_ops_kernels() {
-  switch (active_isa()) {
-    case Isa::kScalar:
-      return kBlockOpsScalar;
-    case Isa::kAvx2:
-      return kBlockOpsAvx2;
-    case Isa::kAvx512:
-    case Isa::kAvx512Vnni:
-      return kBlockOpsAvx512;
-  }
-  return kBlockOpsScalar;
+  // AVX-512 VNNI has nothing of its own here: it uses the AVX-512 table.
+  static constexpr PerIsaTables<BlockOpsKernels> kTables{&kBlockOpsScalar, &kBlockOpsAvx2,
+                                                         &kBlockOpsAvx512, nullptr};
+  return kTables.active();
 }
 
 }  // namespace internal

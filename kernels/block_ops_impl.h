@@ -1,7 +1,7 @@
 // Private to kernels/: the per-ISA entry points behind kernels/block_ops.h
 // and kernels/embedding.h. Each ISA file (block_ops_avx2.cc,
 // block_ops_avx512.cc) fills a BlockOpsKernels table; block_ops.cc holds the
-// scalar table and picks one with switch (active_isa()).
+// scalar table and picks one (PerIsaTables, kernels/cpu_features.h).
 //
 // Every entry works on one row (or one run of elements) on the calling thread;
 // threading, positions and argument checks live in the dispatchers.

@@ -52,4 +52,30 @@ class ScopedIsa {
   int previous_;
 };
 
+// How every kernel family dispatches: a struct of function pointers
+// (BlockOpsKernels, LinearKernels, AttentionKernels, KvCacheKernels,
+// QuantizeKernels), one const table per ISA defined in that ISA's own file,
+// and one PerIsaTables in the family's dispatcher. An ISA without a table of
+// its own (nullptr) uses the nearest level below it that has one.
+//
+// Instantiate it only in files compiled for the baseline ISA (the
+// dispatchers): a template instantiated under AVX flags could be merged by
+// the linker with the baseline's copy.
+template <class Kernels>
+struct PerIsaTables {
+  const Kernels* scalar = nullptr;  // required
+  const Kernels* avx2 = nullptr;
+  const Kernels* avx512 = nullptr;
+  const Kernels* avx512_vnni = nullptr;
+
+  // The table of `isa`, or of the nearest level below it that has one.
+  const Kernels& at(Isa isa) const {
+    const Kernels* const by_level[] = {scalar, avx2, avx512, avx512_vnni};
+    for (int level = static_cast<int>(isa); level > 0; --level)
+      if (by_level[level] != nullptr) return *by_level[level];
+    return *scalar;
+  }
+  const Kernels& active() const { return at(active_isa()); }
+};
+
 }  // namespace hearth::kernels

@@ -48,19 +48,11 @@ bool offsets(const KvLayout& l, std::size_t elem_bytes, bool quantized, Offsets*
   return mul_add(zero_bytes, 1, o->v_zero, &o->total);
 }
 
-using QuantizeRowFn = KvRowQuantization (*)(const float*, std::size_t, std::int8_t*);
-
-QuantizeRowFn quantize_row_fn() {
-  switch (active_isa()) {
-    case Isa::kAvx512:
-    case Isa::kAvx512Vnni:
-      return sdpa_detail::quantize_kv_row_avx512;
-    case Isa::kAvx2:
-      return sdpa_detail::quantize_kv_row_avx2;
-    case Isa::kScalar:
-      break;
-  }
-  return sdpa_detail::quantize_kv_row_scalar;
+const sdpa_detail::KvCacheKernels& kv_cache_kernels() {
+  using namespace sdpa_detail;
+  static constexpr PerIsaTables<KvCacheKernels> kTables{&kKvCacheScalar, &kKvCacheAvx2,
+                                                        &kKvCacheAvx512, nullptr};
+  return kTables.active();
 }
 
 absl::Status check_append(const KvLayout& layout, std::size_t pos, const float* k_new,
@@ -96,7 +88,9 @@ KvRowParams kv_row_params(float lo, float hi) {
   return p;
 }
 
-KvRowQuantization quantize_kv_row_scalar(const float* x, std::size_t n, std::int8_t* q) {
+namespace {
+
+KvRowQuantization quantize_row_scalar(const float* x, std::size_t n, std::int8_t* q) {
   float lo = 0.0f, hi = 0.0f;
   for (std::size_t i = 0; i < n; ++i) {
     lo = std::fmin(lo, x[i]);
@@ -115,6 +109,10 @@ KvRowQuantization quantize_kv_row_scalar(const float* x, std::size_t n, std::int
   }
   return {p.scale, static_cast<std::int8_t>(p.zero_point)};
 }
+
+}  // namespace
+
+const KvCacheKernels kKvCacheScalar = {quantize_row_scalar};
 
 }  // namespace sdpa_detail
 
@@ -169,7 +167,7 @@ FloatKvView float_kv_view(const KvLayout& layout, void* memory) {
 }
 
 KvRowQuantization quantize_kv_row(const float* x, std::size_t n, std::int8_t* q) {
-  return quantize_row_fn()(x, n, q);
+  return kv_cache_kernels().quantize_row(x, n, q);
 }
 
 absl::Status kv_append(const QuantizedKvView& kv, std::size_t pos, const float* k_new,
@@ -178,7 +176,7 @@ absl::Status kv_append(const QuantizedKvView& kv, std::size_t pos, const float* 
   const bool null_cache = kv.k == nullptr || kv.v == nullptr || kv.k_scale == nullptr ||
                           kv.v_scale == nullptr || kv.k_zero == nullptr || kv.v_zero == nullptr;
   if (absl::Status s = check_append(l, pos, k_new, v_new, n_tokens, null_cache); !s.ok()) return s;
-  const QuantizeRowFn quantize = quantize_row_fn();
+  const auto quantize = kv_cache_kernels().quantize_row;
   const std::size_t stride = l.n_kv_heads * l.head_dim;
   for (std::size_t t = 0; t < n_tokens; ++t) {
     for (std::size_t h = 0; h < l.n_kv_heads; ++h) {

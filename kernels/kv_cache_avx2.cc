@@ -1,5 +1,5 @@
 // AVX2 row quantization for the int8 KV cache (kernels/kv_cache.h).
-// Bit-identical to quantize_kv_row_scalar: the same row parameters
+// Bit-identical to kv_cache.cc's scalar quantize_row: the same row parameters
 // (kv_row_params), the same multiply by inv, round-half-even conversion and
 // integer add of the zero point; the tail goes through a padded vector.
 #include <immintrin.h>
@@ -48,9 +48,7 @@ __m256 load_tail(const float* x, std::size_t n) {
   return _mm256_load_ps(tmp);
 }
 
-}  // namespace
-
-KvRowQuantization quantize_kv_row_avx2(const float* x, std::size_t n, std::int8_t* q) {
+KvRowQuantization quantize_row(const float* x, std::size_t n, std::int8_t* q) {
   __m256 vmin = _mm256_setzero_ps(), vmax = _mm256_setzero_ps();
   std::size_t i = 0;
   for (; i + 8 <= n; i += 8) {
@@ -74,5 +72,9 @@ KvRowQuantization quantize_kv_row_avx2(const float* x, std::size_t n, std::int8_
   if (i < n) store_q8(load_tail(x + i, n - i), inv, zero, q + i, n - i);
   return {p.scale, static_cast<std::int8_t>(p.zero_point)};
 }
+
+}  // namespace
+
+const KvCacheKernels kKvCacheAvx2 = {quantize_row};
 
 }  // namespace hearth::kernels::sdpa_detail

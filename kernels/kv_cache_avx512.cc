@@ -1,5 +1,5 @@
 // AVX-512 row quantization for the int8 KV cache (kernels/kv_cache.h).
-// Bit-identical to quantize_kv_row_scalar: the same row parameters
+// Bit-identical to kv_cache.cc's scalar quantize_row: the same row parameters
 // (kv_row_params), the same multiply by inv, round-half-even conversion and
 // integer add of the zero point; tails use masked loads and stores.
 #include <immintrin.h>
@@ -20,9 +20,7 @@ void store_q8(__m512 x, __m512 inv, __m512i zero, std::int8_t* q, __mmask16 m) {
   _mm512_mask_cvtsepi32_storeu_epi8(q, m, r);
 }
 
-}  // namespace
-
-KvRowQuantization quantize_kv_row_avx512(const float* x, std::size_t n, std::int8_t* q) {
+KvRowQuantization quantize_row(const float* x, std::size_t n, std::int8_t* q) {
   __m512 vmin = _mm512_setzero_ps(), vmax = _mm512_setzero_ps();
   std::size_t i = 0;
   for (; i + 16 <= n; i += 16) {
@@ -49,5 +47,9 @@ KvRowQuantization quantize_kv_row_avx512(const float* x, std::size_t n, std::int
   }
   return {p.scale, static_cast<std::int8_t>(p.zero_point)};
 }
+
+}  // namespace
+
+const KvCacheKernels kKvCacheAvx512 = {quantize_row};
 
 }  // namespace hearth::kernels::sdpa_detail

@@ -36,28 +36,11 @@ constexpr std::size_t kGemmTokens = 8;
 
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 
-struct Kernels {
-  std::size_t tile_tokens;  // the activation layout the matmuls read
-  linear_internal::QuantizeFn quantize;
-  linear_internal::MatmulFn q8_0;
-  linear_internal::MatmulFn q4_0;
-};
-
-Kernels kernels_for(Isa isa) {
+const linear_internal::LinearKernels& linear_kernels() {
   using namespace linear_internal;
-  switch (isa) {
-    case Isa::kAvx512Vnni:
-      return {kTileTokensAvx512Vnni, quantize_activations_avx512, matmul_q8_0_avx512vnni,
-              matmul_q4_0_avx512vnni};
-    case Isa::kAvx512:
-      return {kTileTokensAvx512, quantize_activations_avx512, matmul_q8_0_avx512,
-              matmul_q4_0_avx512};
-    case Isa::kAvx2:
-      return {kTileTokensAvx2, quantize_activations_avx2, matmul_q8_0_avx2, matmul_q4_0_avx2};
-    case Isa::kScalar:
-      break;
-  }
-  return {kTileTokensScalar, quantize_activations_scalar, matmul_q8_0_scalar, matmul_q4_0_scalar};
+  static constexpr PerIsaTables<LinearKernels> kTables{&kLinearScalar, &kLinearAvx2, &kLinearAvx512,
+                                                       &kLinearAvx512Vnni};
+  return kTables.active();
 }
 
 absl::Status check_shape(std::size_t n_out, std::size_t n_in, bool quantized) {
@@ -225,7 +208,7 @@ absl::Status Linear::forward_same_input(std::span<const Linear* const> layers, c
   // One token: a single parallel region over the row-group units of every
   // layer, in order, so no thread waits at the end of one layer while the
   // other still streams it.
-  const linear_internal::MatmulFn matmul = first.matmul_fn();
+  const linear_internal::MatmulFn matmul = first.matmul_fn(a.per_token);
   pool->parallel_for(units, 1, [&](std::size_t u0, std::size_t u1) {
     std::size_t base = 0;
     for (std::size_t i = 0; i < layers.size() && base < u1; ++i) {
@@ -292,7 +275,7 @@ absl::Status Linear::quantize_input(const float* x, std::size_t m, MemoryAllocat
                                     linear_internal::QuantizedActivations& a) const {
   // Quantize the activations into scratch, in the token tiles the ISA's
   // kernels read (kernels/linear_impl.h).
-  const Kernels k = kernels_for(active_isa());
+  const linear_internal::LinearKernels& k = linear_kernels();
   const std::size_t blocks = n_in_ / kQuantGroup;
   a.m = m;
   a.blocks = blocks;
@@ -327,9 +310,10 @@ absl::Status Linear::quantize_input(const float* x, std::size_t m, MemoryAllocat
   return absl::OkStatus();
 }
 
-linear_internal::MatmulFn Linear::matmul_fn() const {
-  const Kernels k = kernels_for(active_isa());
-  return format_ == Format::kQ8_0 ? k.q8_0 : k.q4_0;
+linear_internal::MatmulFn Linear::matmul_fn(bool per_token) const {
+  const linear_internal::LinearKernels& k = linear_kernels();
+  if (format_ == Format::kQ8_0) return per_token ? k.q8_0_per_token : k.q8_0_per_group;
+  return per_token ? k.q4_0_per_token : k.q4_0_per_group;
 }
 
 linear_internal::PackedWeights Linear::packed_weights() const {
@@ -341,7 +325,7 @@ void Linear::run_quantized(const linear_internal::QuantizedActivations& a, float
   const std::size_t m = a.m;
   const std::size_t threads = pool != nullptr ? pool->threads() : 1;
   const linear_internal::PackedWeights w = packed_weights();
-  const linear_internal::MatmulFn matmul = matmul_fn();
+  const linear_internal::MatmulFn matmul = matmul_fn(a.per_token);
   if (threads <= 1 || m * n_out_ * n_in_ < (m == 1 ? kMinParallelGemvMacs : kMinParallelMacs)) {
     matmul(w, a, 0, groups_, 0, m, y, n_out_);
     return;

@@ -156,7 +156,8 @@ class Linear {
                               linear_internal::QuantizedActivations& a) const;
   void run_quantized(const linear_internal::QuantizedActivations& a, float* y,
                      ThreadPool* pool) const;
-  linear_internal::MatmulFn matmul_fn() const;
+  // The active ISA's matmul for this format and activation granularity.
+  linear_internal::MatmulFn matmul_fn(bool per_token) const;
   // Units of a one-token forward: kGemvUnit row groups, the GEMV tile.
   std::size_t gemv_units() const noexcept;
   // How many units a one-token forward of `layers` (one quantized format)

@@ -21,8 +21,6 @@
 namespace hearth::kernels::linear_internal {
 namespace {
 
-constexpr float kTinyAmax = 1e-30f;  // as in linear_scalar.cc
-
 inline __m256i broadcast4(const std::int8_t* p) {
   std::int32_t v;
   std::memcpy(&v, p, 4);
@@ -367,22 +365,7 @@ void quantize_activations_avx2(const float* x, std::size_t t0, std::size_t t1, s
   }
 }
 
-void matmul_q8_0_avx2(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0,
-                      std::size_t g1, std::size_t t0, std::size_t t1, float* y, std::size_t ldy) {
-  if (a.per_token) {
-    run<false, true>(w, a, g0, g1, t0, t1, y, ldy);
-  } else {
-    run<false, false>(w, a, g0, g1, t0, t1, y, ldy);
-  }
-}
-
-void matmul_q4_0_avx2(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0,
-                      std::size_t g1, std::size_t t0, std::size_t t1, float* y, std::size_t ldy) {
-  if (a.per_token) {
-    run<true, true>(w, a, g0, g1, t0, t1, y, ldy);
-  } else {
-    run<true, false>(w, a, g0, g1, t0, t1, y, ldy);
-  }
-}
+const LinearKernels kLinearAvx2 = {kTileTokensAvx2,  quantize_activations_avx2, run<false, false>,
+                                   run<false, true>, run<true, false>,          run<true, true>};
 
 }  // namespace hearth::kernels::linear_internal

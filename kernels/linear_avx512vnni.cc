@@ -221,24 +221,9 @@ void run(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0, 
 
 }  // namespace
 
-void matmul_q8_0_avx512vnni(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0,
-                            std::size_t g1, std::size_t t0, std::size_t t1, float* y,
-                            std::size_t ldy) {
-  if (a.per_token) {
-    run<false, true>(w, a, g0, g1, t0, t1, y, ldy);
-  } else {
-    run<false, false>(w, a, g0, g1, t0, t1, y, ldy);
-  }
-}
-
-void matmul_q4_0_avx512vnni(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0,
-                            std::size_t g1, std::size_t t0, std::size_t t1, float* y,
-                            std::size_t ldy) {
-  if (a.per_token) {
-    run<true, true>(w, a, g0, g1, t0, t1, y, ldy);
-  } else {
-    run<true, false>(w, a, g0, g1, t0, t1, y, ldy);
-  }
-}
+// Activations are quantized as on the AVX-512 path (linear_avx512.cc).
+const LinearKernels kLinearAvx512Vnni = {kTileTokensAvx512Vnni, quantize_activations_avx512,
+                                         run<false, false>,     run<false, true>,
+                                         run<true, false>,      run<true, true>};
 
 }  // namespace hearth::kernels::linear_internal

@@ -32,6 +32,9 @@ inline constexpr std::size_t kTileTokensAvx512 = 4;
 inline constexpr std::size_t kTileTokensAvx512Vnni = 6;
 // Bytes of fp16 scales per (row group, block).
 inline constexpr std::size_t kScaleBytes = kGroupRows * 2;  // 32
+// An activation amax below this quantizes as 0 (q = 0, d = 0), on every
+// path: 1 / (amax / 127) would overflow to infinity for a subnormal amax.
+inline constexpr float kTinyAmax = 1e-30f;
 // The unsigned bias of stored weights: stored = w + C.
 inline constexpr std::int32_t kQ8Bias = 128;
 inline constexpr std::int32_t kQ4Bias = 8;
@@ -97,28 +100,24 @@ void quantize_activations_avx512(const float* x, std::size_t t0, std::size_t t1,
 
 // y[t * ldy + 16g + r] for row groups [g0, g1) and tokens [t0, t1) (rows >=
 // w.n_out are not written), accumulated in the order documented in
-// kernels/linear.h. Every implementation gives bit-identical results. t0 must
-// be a multiple of a.tile_tokens, and a.tile_tokens the ISA's own
-// (kTileTokens*), since a register tile covers exactly one token tile.
-// (MatmulFn, the type of these functions, is declared in kernels/linear.h.)
-void matmul_q8_0_scalar(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0,
-                        std::size_t g1, std::size_t t0, std::size_t t1, float* y, std::size_t ldy);
-void matmul_q4_0_scalar(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0,
-                        std::size_t g1, std::size_t t0, std::size_t t1, float* y, std::size_t ldy);
-void matmul_q8_0_avx2(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0,
-                      std::size_t g1, std::size_t t0, std::size_t t1, float* y, std::size_t ldy);
-void matmul_q4_0_avx2(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0,
-                      std::size_t g1, std::size_t t0, std::size_t t1, float* y, std::size_t ldy);
-void matmul_q8_0_avx512(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0,
-                        std::size_t g1, std::size_t t0, std::size_t t1, float* y, std::size_t ldy);
-void matmul_q4_0_avx512(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0,
-                        std::size_t g1, std::size_t t0, std::size_t t1, float* y, std::size_t ldy);
-void matmul_q8_0_avx512vnni(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0,
-                            std::size_t g1, std::size_t t0, std::size_t t1, float* y,
-                            std::size_t ldy);
-void matmul_q4_0_avx512vnni(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0,
-                            std::size_t g1, std::size_t t0, std::size_t t1, float* y,
-                            std::size_t ldy);
+// kernels/linear.h, is what every MatmulFn computes (the type is declared in
+// kernels/linear.h). Every implementation gives bit-identical results. t0 must
+// be a multiple of a.tile_tokens, and a.tile_tokens the ISA's own, since a
+// register tile covers exactly one token tile.
+//
+// One ISA's linear kernels (the dispatch idiom of kernels/cpu_features.h):
+// its activation layout, its quantizer, and a matmul per weight format and
+// activation granularity (a.per_token must match the entry called).
+struct LinearKernels {
+  std::size_t tile_tokens;  // kTileTokens* of the ISA
+  QuantizeFn quantize;
+  MatmulFn q8_0_per_group, q8_0_per_token;
+  MatmulFn q4_0_per_group, q4_0_per_token;
+};
+extern const LinearKernels kLinearScalar;
+extern const LinearKernels kLinearAvx2;
+extern const LinearKernels kLinearAvx512;
+extern const LinearKernels kLinearAvx512Vnni;
 
 // XNNPACK's fully-connected operator for the float path (linear_xnnpack.cc).
 // The operator holds the pointers of its last setup, so setup + run happen

@@ -12,11 +12,6 @@
 namespace hearth::kernels::linear_internal {
 namespace {
 
-// amax below this is treated as 0 (q = 0, d = 0): 1 / (amax / 127) would
-// overflow to infinity for subnormal amax. Shared by every path (copied, since
-// SIMD files may not share inline functions).
-constexpr float kTinyAmax = 1e-30f;
-
 void scale_of(float amax, float* d, float* id) {
   if (amax < kTinyAmax) {
     *d = 0.0f;
@@ -135,14 +130,9 @@ void quantize_activations_scalar(const float* x, std::size_t t0, std::size_t t1,
   }
 }
 
-void matmul_q8_0_scalar(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0,
-                        std::size_t g1, std::size_t t0, std::size_t t1, float* y, std::size_t ldy) {
-  matmul<false>(w, a, g0, g1, t0, t1, y, ldy);
-}
-
-void matmul_q4_0_scalar(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0,
-                        std::size_t g1, std::size_t t0, std::size_t t1, float* y, std::size_t ldy) {
-  matmul<true>(w, a, g0, g1, t0, t1, y, ldy);
-}
+const LinearKernels kLinearScalar = {
+    kTileTokensScalar, quantize_activations_scalar,
+    // per group, per token (the scalar loop reads a.per_token itself)
+    matmul<false>, matmul<false>, matmul<true>, matmul<true>};
 
 }  // namespace hearth::kernels::linear_internal

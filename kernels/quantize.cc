@@ -61,6 +61,10 @@ void dequantize_channels_scalar(const std::int8_t* q, std::size_t rows, std::siz
   }
 }
 
+const QuantizeKernels kQuantizeScalar = {minmax_scalar, quantize_row_scalar,
+                                         quantize_channels_scalar, dequantize_row_scalar,
+                                         dequantize_channels_scalar};
+
 }  // namespace quantize_impl
 
 namespace {
@@ -81,36 +85,14 @@ constexpr std::size_t kBlock = 64;
 // Per-channel kernels amortise their 1/scale divisions over tiles of this many rows.
 constexpr std::size_t kChannelRowTile = 4;
 
-struct Kernels {
-  MinMax (*minmax)(const float*, std::size_t);
-  void (*quantize_row)(const float*, std::size_t, RowParams, std::int8_t*, const float*);
-  void (*quantize_channels)(const float*, std::size_t, std::size_t, const float*,
-                            const std::int32_t*, std::int8_t*);
-  void (*dequantize_row)(const std::int8_t*, std::size_t, float, std::int32_t, float*);
-  void (*dequantize_channels)(const std::int8_t*, std::size_t, std::size_t, const float*,
-                              const std::int32_t*, float*);
-};
+using quantize_impl::QuantizeKernels;
 
-const Kernels& active_kernels() {
-  namespace qi = quantize_impl;
-  static constexpr Kernels kScalar{qi::minmax_scalar, qi::quantize_row_scalar,
-                                   qi::quantize_channels_scalar, qi::dequantize_row_scalar,
-                                   qi::dequantize_channels_scalar};
-  static constexpr Kernels kAvx2{qi::minmax_avx2, qi::quantize_row_avx2, qi::quantize_channels_avx2,
-                                 qi::dequantize_row_avx2, qi::dequantize_channels_avx2};
-  static constexpr Kernels kAvx512{qi::minmax_avx512, qi::quantize_row_avx512,
-                                   qi::quantize_channels_avx512, qi::dequantize_row_avx512,
-                                   qi::dequantize_channels_avx512};
-  switch (active_isa()) {
-    case Isa::kScalar:
-      return kScalar;
-    case Isa::kAvx2:
-      return kAvx2;
-    case Isa::kAvx512:
-    case Isa::kAvx512Vnni:  // nothing here benefits from VNNI
-      return kAvx512;
-  }
-  return kScalar;
+const QuantizeKernels& active_kernels() {
+  using namespace quantize_impl;
+  // AVX-512 VNNI has nothing of its own here: it uses the AVX-512 table.
+  static constexpr PerIsaTables<QuantizeKernels> kTables{&kQuantizeScalar, &kQuantizeAvx2,
+                                                         &kQuantizeAvx512, nullptr};
+  return kTables.active();
 }
 
 bool parallel(const ThreadPool* pool, std::size_t elements) {
@@ -152,7 +134,7 @@ void for_rows(std::size_t rows, std::size_t row_elements, ThreadPool* pool, F&& 
   pool->parallel_for(rows, row_grain(row_elements), fn);
 }
 
-MinMax minmax(const Kernels& k, const float* x, std::size_t n, ThreadPool* pool) {
+MinMax minmax(const QuantizeKernels& k, const float* x, std::size_t n, ThreadPool* pool) {
   if (n == 0) return MinMax{0.0f, 0.0f};
   if (!parallel(pool, n)) return k.minmax(x, n);
   // One partial result per chunk, on the stack: no scratch memory needed.
@@ -231,7 +213,7 @@ QParams choose_qparams(const float* x, std::size_t n, QScheme scheme, ThreadPool
 
 void choose_qparams_per_token(const float* x, std::size_t tokens, std::size_t dim, QScheme scheme,
                               float* scales, std::int32_t* zero_points, ThreadPool* pool) {
-  const Kernels& k = active_kernels();
+  const QuantizeKernels& k = active_kernels();
   for_rows(tokens, dim, pool, [&](std::size_t b, std::size_t e) {
     for (std::size_t t = b; t < e; ++t) {
       const MinMax m = dim == 0 ? MinMax{0.0f, 0.0f} : k.minmax(x + t * dim, dim);
@@ -244,7 +226,7 @@ void choose_qparams_per_token(const float* x, std::size_t tokens, std::size_t di
 
 void quantize_per_tensor(const float* x, std::size_t n, QParams p, std::int8_t* q,
                          ThreadPool* pool) {
-  const Kernels& k = active_kernels();
+  const QuantizeKernels& k = active_kernels();
   const RowParams rp = row_params(p.scale, p.zero_point, kQMin, kQMax);
   for_elements(n, pool, [&](std::size_t b, std::size_t e) {
     k.quantize_row(x + b, e - b, rp, q + b, nullptr);
@@ -254,7 +236,7 @@ void quantize_per_tensor(const float* x, std::size_t n, QParams p, std::int8_t* 
 void quantize_per_token(const float* x, std::size_t tokens, std::size_t dim, const float* scales,
                         const std::int32_t* zero_points, std::int8_t* q, ThreadPool* pool) {
   if (dim == 0) return;
-  const Kernels& k = active_kernels();
+  const QuantizeKernels& k = active_kernels();
   for_rows(tokens, dim, pool, [&](std::size_t b, std::size_t e) {
     for (std::size_t t = b; t < e; ++t) {
       k.quantize_row(x + t * dim, dim, row_params(scales[t], zero_points[t], kQMin, kQMax),
@@ -267,7 +249,7 @@ void quantize_per_channel(const float* x, std::size_t rows, std::size_t channels
                           const float* scales, const std::int32_t* zero_points, std::int8_t* q,
                           ThreadPool* pool) {
   if (channels == 0) return;
-  const Kernels& k = active_kernels();
+  const QuantizeKernels& k = active_kernels();
   for_rows(rows, channels, pool, [&](std::size_t b, std::size_t e) {
     for (std::size_t r = b; r < e; r += kChannelRowTile) {
       const std::size_t n = e - r < kChannelRowTile ? e - r : kChannelRowTile;
@@ -278,7 +260,7 @@ void quantize_per_channel(const float* x, std::size_t rows, std::size_t channels
 
 void dequantize_per_tensor(const std::int8_t* q, std::size_t n, QParams p, float* y,
                            ThreadPool* pool) {
-  const Kernels& k = active_kernels();
+  const QuantizeKernels& k = active_kernels();
   for_elements(n, pool, [&](std::size_t b, std::size_t e) {
     k.dequantize_row(q + b, e - b, p.scale, p.zero_point, y + b);
   });
@@ -288,7 +270,7 @@ void dequantize_per_token(const std::int8_t* q, std::size_t tokens, std::size_t 
                           const float* scales, const std::int32_t* zero_points, float* y,
                           ThreadPool* pool) {
   if (dim == 0) return;
-  const Kernels& k = active_kernels();
+  const QuantizeKernels& k = active_kernels();
   for_rows(tokens, dim, pool, [&](std::size_t b, std::size_t e) {
     for (std::size_t t = b; t < e; ++t)
       k.dequantize_row(q + t * dim, dim, scales[t], zero_points[t], y + t * dim);
@@ -299,7 +281,7 @@ void dequantize_per_channel(const std::int8_t* q, std::size_t rows, std::size_t 
                             const float* scales, const std::int32_t* zero_points, float* y,
                             ThreadPool* pool) {
   if (channels == 0) return;
-  const Kernels& k = active_kernels();
+  const QuantizeKernels& k = active_kernels();
   for_rows(rows, channels, pool, [&](std::size_t b, std::size_t e) {
     k.dequantize_channels(q + b * channels, e - b, channels, scales, zero_points, y + b * channels);
   });
@@ -308,7 +290,7 @@ void dequantize_per_channel(const std::int8_t* q, std::size_t rows, std::size_t 
 void quantize_dynamic_per_token(const float* x, std::size_t tokens, std::size_t dim, QScheme scheme,
                                 std::int8_t* q, float* scales, std::int32_t* zero_points,
                                 ThreadPool* pool) {
-  const Kernels& k = active_kernels();
+  const QuantizeKernels& k = active_kernels();
   const std::int32_t qmin = scheme == QScheme::kSymmetric ? -kSymQMax : kQMin;
   for_rows(tokens, dim, pool, [&](std::size_t b, std::size_t e) {
     for (std::size_t t = b; t < e; ++t) {

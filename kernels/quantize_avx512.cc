@@ -170,4 +170,8 @@ void dequantize_channels_avx512(const std::int8_t* q, std::size_t rows, std::siz
   }
 }
 
+const QuantizeKernels kQuantizeAvx512 = {minmax_avx512, quantize_row_avx512,
+                                         quantize_channels_avx512, dequantize_row_avx512,
+                                         dequantize_channels_avx512};
+
 }  // namespace hearth::kernels::quantize_impl

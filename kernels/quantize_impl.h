@@ -70,4 +70,18 @@ void dequantize_channels_avx2(const std::int8_t* q, std::size_t rows, std::size_
 void dequantize_channels_avx512(const std::int8_t* q, std::size_t rows, std::size_t channels,
                                 const float* scales, const std::int32_t* zero_points, float* y);
 
+// One ISA's table of the above (the dispatch idiom of kernels/cpu_features.h).
+struct QuantizeKernels {
+  MinMax (*minmax)(const float*, std::size_t);
+  void (*quantize_row)(const float*, std::size_t, RowParams, std::int8_t*, const float*);
+  void (*quantize_channels)(const float*, std::size_t, std::size_t, const float*,
+                            const std::int32_t*, std::int8_t*);
+  void (*dequantize_row)(const std::int8_t*, std::size_t, float, std::int32_t, float*);
+  void (*dequantize_channels)(const std::int8_t*, std::size_t, std::size_t, const float*,
+                              const std::int32_t*, float*);
+};
+extern const QuantizeKernels kQuantizeScalar;
+extern const QuantizeKernels kQuantizeAvx2;
+extern const QuantizeKernels kQuantizeAvx512;
+
 }  // namespace hearth::kernels::quantize_impl

@@ -89,8 +89,9 @@ void accumulate_f32_scalar(const float* w, std::size_t ld_w, std::size_t rows, c
 
 }  // namespace
 
-const AttentionKernels kScalarAttention = {scores_q8_scalar, scores_f32_scalar, softmax_row_scalar,
-                                           accumulate_q8_scalar, accumulate_f32_scalar};
+const AttentionKernels kScalarAttention = {
+    scores_q8_scalar,      scores_f32_scalar,       softmax_row_scalar, accumulate_q8_scalar,
+    accumulate_f32_scalar, /*head_dim_multiple=*/1, /*max_head_dim=*/0};
 
 }  // namespace sdpa_detail
 
@@ -112,26 +113,18 @@ std::size_t round_up(std::size_t x) {
   return (x + kFloatsPerLine - 1) / kFloatsPerLine * kFloatsPerLine;
 }
 
-AttentionKernels select_kernels(std::size_t head_dim) {
-  switch (active_isa()) {
-    case Isa::kAvx512Vnni:
-      if (head_dim % 16 == 0) {
-        AttentionKernels k = sdpa_detail::kAvx512Attention;
-        if (head_dim <= sdpa_detail::kVnniMaxHeadDim)
-          k.scores_q8 = sdpa_detail::scores_q8_avx512vnni;
-        return k;
-      }
-      [[fallthrough]];
-    case Isa::kAvx512:
-      if (head_dim % 16 == 0) return sdpa_detail::kAvx512Attention;
-      [[fallthrough]];
-    case Isa::kAvx2:
-      if (head_dim % 8 == 0) return sdpa_detail::kAvx2Attention;
-      break;
-    case Isa::kScalar:
-      break;
+// The active ISA's attention table, or the best one below it that serves
+// head_dim (the scalar one serves any).
+const AttentionKernels& select_kernels(std::size_t head_dim) {
+  using namespace sdpa_detail;
+  static constexpr PerIsaTables<AttentionKernels> kTables{&kScalarAttention, &kAvx2Attention,
+                                                          &kAvx512Attention, &kAvx512VnniAttention};
+  for (int level = static_cast<int>(active_isa()); level > 0; --level) {
+    const AttentionKernels& k = kTables.at(static_cast<Isa>(level));
+    if (head_dim % k.head_dim_multiple == 0 && (k.max_head_dim == 0 || head_dim <= k.max_head_dim))
+      return k;
   }
-  return sdpa_detail::kScalarAttention;
+  return kScalarAttention;
 }
 
 // The cache as the item loop sees it; T is std::int8_t or float.

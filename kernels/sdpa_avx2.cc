@@ -353,7 +353,7 @@ void accumulate_f32(const float* w, std::size_t ld_w, std::size_t rows, const fl
 
 }  // namespace
 
-const AttentionKernels kAvx2Attention = {scores_q8, scores_f32, softmax_row, accumulate_q8,
-                                         accumulate_f32};
+const AttentionKernels kAvx2Attention = {
+    scores_q8, scores_f32, softmax_row, accumulate_q8, accumulate_f32, 8, 0};
 
 }  // namespace hearth::kernels::sdpa_detail

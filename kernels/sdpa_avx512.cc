@@ -334,7 +334,10 @@ void accumulate_f32(const float* w, std::size_t ld_w, std::size_t rows, const fl
 
 }  // namespace
 
-const AttentionKernels kAvx512Attention = {scores_q8, scores_f32, softmax_row, accumulate_q8,
-                                           accumulate_f32};
+const AttentionKernels kAvx512Attention = {
+    scores_q8, scores_f32, softmax_row, accumulate_q8, accumulate_f32, 16, 0};
+const AttentionKernels kAvx512VnniAttention = {scores_q8_avx512vnni, scores_f32,     softmax_row,
+                                               accumulate_q8,        accumulate_f32, 16,
+                                               kVnniMaxHeadDim};
 
 }  // namespace hearth::kernels::sdpa_detail

@@ -61,6 +61,11 @@ struct AttentionKernels {
   void (*accumulate_f32)(const float* w, std::size_t ld_w, std::size_t rows, const float* v,
                          std::size_t n, std::size_t head_dim, const float* corr, float* acc,
                          std::size_t ld_acc);
+  // The head sizes the table serves: multiples of head_dim_multiple, up to
+  // max_head_dim (0: no limit). sdpa.cc takes the active ISA's table, or the
+  // best one below it that serves the cache's head_dim.
+  std::size_t head_dim_multiple;
+  std::size_t max_head_dim;
 };
 
 // Scalar reference: any head_dim.
@@ -69,6 +74,11 @@ extern const AttentionKernels kScalarAttention;
 extern const AttentionKernels kAvx2Attention;
 // AVX-512: head_dim a multiple of 16.
 extern const AttentionKernels kAvx512Attention;
+// AVX-512 VNNI: kAvx512Attention with scores_q8_avx512vnni, head_dim a
+// multiple of 16 up to kVnniMaxHeadDim. Defined in sdpa_avx512.cc beside the
+// functions it shares (a table of function addresses is initialized at
+// compile time: no code of an ISA file runs before dispatch picks it).
+extern const AttentionKernels kAvx512VnniAttention;
 
 // AVX-512 VNNI replaces AVX-512's scores_q8 with this one (int16 query rows,
 // VPDPWSSD) for head_dim a multiple of 16 up to kVnniMaxHeadDim (its int16
@@ -83,10 +93,16 @@ void scores_q8_avx512vnni(const float* q, std::size_t ld_q, std::size_t rows, co
                           const std::int8_t* k, const float* k_scale, const std::int8_t* k_zero,
                           std::size_t n, std::size_t head_dim, float* s, std::size_t ld_s);
 
-// kv_cache.h's quantize_kv_row, per path; bit-identical results.
-KvRowQuantization quantize_kv_row_scalar(const float* x, std::size_t n, std::int8_t* q);
-KvRowQuantization quantize_kv_row_avx2(const float* x, std::size_t n, std::int8_t* q);
-KvRowQuantization quantize_kv_row_avx512(const float* x, std::size_t n, std::int8_t* q);
+// The KV cache's kernels per ISA (kv_cache.h's quantize_kv_row; every path
+// gives bit-identical results), dispatched as every family is
+// (kernels/cpu_features.h): kv_cache.cc holds the scalar table,
+// kv_cache_avx2.cc and kv_cache_avx512.cc their own.
+struct KvCacheKernels {
+  KvRowQuantization (*quantize_row)(const float* x, std::size_t n, std::int8_t* q);
+};
+extern const KvCacheKernels kKvCacheScalar;
+extern const KvCacheKernels kKvCacheAvx2;
+extern const KvCacheKernels kKvCacheAvx512;
 
 // The per-row parameters every path derives from a row's lo = min(0, min x)
 // and hi = max(0, max x) (kernels/kv_cache.h): scale = (hi - lo) / 255,

@@ -34,6 +34,28 @@ TEST(CpuFeatures, ScopedIsaForcesEachSupportedPathAndRestores) {
   EXPECT_EQ(active_isa(), best);
 }
 
+// Every kernel family dispatches through PerIsaTables: a level without a
+// table of its own uses the nearest level below it that has one.
+TEST(CpuFeatures, PerIsaTablesFallBackToTheNearestLevelBelow) {
+  struct Table {
+    int id;
+  };
+  const Table scalar{0}, avx2{1}, avx512{2}, vnni{3};
+  const PerIsaTables<Table> all{&scalar, &avx2, &avx512, &vnni};
+  EXPECT_EQ(all.at(Isa::kScalar).id, 0);
+  EXPECT_EQ(all.at(Isa::kAvx2).id, 1);
+  EXPECT_EQ(all.at(Isa::kAvx512).id, 2);
+  EXPECT_EQ(all.at(Isa::kAvx512Vnni).id, 3);
+  const PerIsaTables<Table> gaps{&scalar, nullptr, &avx512, nullptr};
+  EXPECT_EQ(gaps.at(Isa::kAvx2).id, 0);
+  EXPECT_EQ(gaps.at(Isa::kAvx512).id, 2);
+  EXPECT_EQ(gaps.at(Isa::kAvx512Vnni).id, 2);
+  for (Isa isa : supported_isas()) {
+    ScopedIsa forced(isa);
+    EXPECT_EQ(&all.active(), &all.at(isa)) << isa_name(isa);
+  }
+}
+
 TEST(ThreadPool, ParallelForCoversTheRangeExactlyOnce) {
   for (std::size_t threads : {1, 2, 3}) {
     ThreadPool pool(threads);

@@ -48,8 +48,8 @@ bool offsets(const KvLayout& l, std::size_t elem_bytes, bool quantized, Offsets*
   return mul_add(zero_bytes, 1, o->v_zero, &o->total);
 }
 
-const sdpa_detail::KvCacheKernels& kv_cache_kernels() {
-  using namespace sdpa_detail;
+const internal::KvCacheKernels& kv_cache_kernels() {
+  using namespace internal;
   static constexpr PerIsaTables<KvCacheKernels> kTables{&kKvCacheScalar, &kKvCacheAvx2,
                                                         &kKvCacheAvx512, nullptr};
   return kTables.active();
@@ -70,7 +70,7 @@ absl::Status check_append(const KvLayout& layout, std::size_t pos, const float* 
 
 }  // namespace
 
-namespace sdpa_detail {
+namespace internal {
 
 KvRowParams kv_row_params(float lo, float hi) {
   const float range = hi - lo;
@@ -114,7 +114,7 @@ KvRowQuantization quantize_row_scalar(const float* x, std::size_t n, std::int8_t
 
 const KvCacheKernels kKvCacheScalar = {quantize_row_scalar};
 
-}  // namespace sdpa_detail
+}  // namespace internal
 
 absl::Status validate_kv_layout(const KvLayout& layout) {
   if (layout.n_kv_heads == 0) return absl::InvalidArgumentError("KvLayout.n_kv_heads is 0");

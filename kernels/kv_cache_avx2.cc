@@ -8,7 +8,7 @@
 
 #include "kernels/sdpa_impl.h"
 
-namespace hearth::kernels::sdpa_detail {
+namespace hearth::kernels::internal {
 namespace {
 
 float hmin8(__m256 v) {
@@ -77,4 +77,4 @@ KvRowQuantization quantize_row(const float* x, std::size_t n, std::int8_t* q) {
 
 const KvCacheKernels kKvCacheAvx2 = {quantize_row};
 
-}  // namespace hearth::kernels::sdpa_detail
+}  // namespace hearth::kernels::internal

@@ -8,7 +8,7 @@
 
 #include "kernels/sdpa_impl.h"
 
-namespace hearth::kernels::sdpa_detail {
+namespace hearth::kernels::internal {
 namespace {
 
 __mmask16 tail_mask(std::size_t n) { return static_cast<__mmask16>((1u << n) - 1u); }
@@ -52,4 +52,4 @@ KvRowQuantization quantize_row(const float* x, std::size_t n, std::int8_t* q) {
 
 const KvCacheKernels kKvCacheAvx512 = {quantize_row};
 
-}  // namespace hearth::kernels::sdpa_detail
+}  // namespace hearth::kernels::internal

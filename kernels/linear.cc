@@ -12,10 +12,10 @@
 
 namespace hearth::kernels {
 
-using linear_internal::kGroupRows;
-using linear_internal::kQ4BlockBytes;
-using linear_internal::kQ8BlockBytes;
-using linear_internal::kScaleBytes;
+using internal::kGroupRows;
+using internal::kQ4BlockBytes;
+using internal::kQ8BlockBytes;
+using internal::kScaleBytes;
 
 namespace {
 
@@ -36,8 +36,8 @@ constexpr std::size_t kGemmTokens = 8;
 
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 
-const linear_internal::LinearKernels& linear_kernels() {
-  using namespace linear_internal;
+const internal::LinearKernels& linear_kernels() {
+  using namespace internal;
   static constexpr PerIsaTables<LinearKernels> kTables{&kLinearScalar, &kLinearAvx2, &kLinearAvx512,
                                                        &kLinearAvx512Vnni};
   return kTables.active();
@@ -58,7 +58,7 @@ absl::Status check_shape(std::size_t n_out, std::size_t n_in, bool quantized) {
 
 }  // namespace
 
-void linear_internal::AlignedFree::operator()(std::uint8_t* p) const noexcept { std::free(p); }
+void internal::AlignedFree::operator()(std::uint8_t* p) const noexcept { std::free(p); }
 
 Linear::Linear(Linear&&) noexcept = default;
 Linear& Linear::operator=(Linear&&) noexcept = default;
@@ -141,8 +141,8 @@ absl::StatusOr<Linear> Linear::from_f32(const float* w, std::size_t n_out, std::
   l.format_ = Format::kF32;
   l.n_in_ = n_in;
   l.n_out_ = n_out;
-  l.xnn_ = std::make_unique<linear_internal::XnnpackFullyConnected>();
-  if (absl::Status s = linear_internal::xnnpack_create(w, n_out, n_in, *l.xnn_); !s.ok()) return s;
+  l.xnn_ = std::make_unique<internal::XnnpackFullyConnected>();
+  if (absl::Status s = internal::xnnpack_create(w, n_out, n_in, *l.xnn_); !s.ok()) return s;
   return l;
 }
 
@@ -165,9 +165,9 @@ absl::Status Linear::forward(const float* x, std::size_t m, float* y, MemoryAllo
   if (format_ == Format::kF32) {
     // Small products run on the caller: waking the pool costs more than they do.
     const bool parallel = threads > 1 && m * n_out_ * n_in_ >= kMinParallelMacs;
-    return linear_internal::xnnpack_run(*xnn_, x, m, y, parallel ? pool->handle() : nullptr);
+    return internal::xnnpack_run(*xnn_, x, m, y, parallel ? pool->handle() : nullptr);
   }
-  linear_internal::QuantizedActivations a{};
+  internal::QuantizedActivations a{};
   if (absl::Status s = quantize_input(x, m, scratch, pool, aq, a); !s.ok()) return s;
   run_quantized(a, y, pool);
   return absl::OkStatus();
@@ -198,7 +198,7 @@ absl::Status Linear::forward_same_input(std::span<const Linear* const> layers, c
     return absl::OkStatus();
   }
 
-  linear_internal::QuantizedActivations a{};
+  internal::QuantizedActivations a{};
   if (absl::Status s = first.quantize_input(x, m, scratch, pool, aq, a); !s.ok()) return s;
   const std::size_t units = m == 1 ? split_gemv_units(layers, pool) : 0;
   if (units == 0) {
@@ -208,7 +208,7 @@ absl::Status Linear::forward_same_input(std::span<const Linear* const> layers, c
   // One token: a single parallel region over the row-group units of every
   // layer, in order, so no thread waits at the end of one layer while the
   // other still streams it.
-  const linear_internal::MatmulFn matmul = first.matmul_fn(a.per_token);
+  const internal::MatmulFn matmul = first.matmul_fn(a.per_token);
   pool->parallel_for(units, 1, [&](std::size_t u0, std::size_t u1) {
     std::size_t base = 0;
     for (std::size_t i = 0; i < layers.size() && base < u1; ++i) {
@@ -272,10 +272,10 @@ std::size_t Linear::hint_decode(std::span<const Linear* const> layers, ThreadPoo
 
 absl::Status Linear::quantize_input(const float* x, std::size_t m, MemoryAllocator& scratch,
                                     ThreadPool* pool, ActivationQuant aq,
-                                    linear_internal::QuantizedActivations& a) const {
+                                    internal::QuantizedActivations& a) const {
   // Quantize the activations into scratch, in the token tiles the ISA's
   // kernels read (kernels/linear_impl.h).
-  const linear_internal::LinearKernels& k = linear_kernels();
+  const internal::LinearKernels& k = linear_kernels();
   const std::size_t blocks = n_in_ / kQuantGroup;
   a.m = m;
   a.blocks = blocks;
@@ -298,8 +298,7 @@ absl::Status Linear::quantize_input(const float* x, std::size_t m, MemoryAllocat
         absl::StrCat("Linear::forward: cannot allocate the quantized activations (m=", m,
                      ", n_in=", n_in_, ") from scratch"));
 
-  const std::int32_t bias_c =
-      format_ == Format::kQ8_0 ? linear_internal::kQ8Bias : linear_internal::kQ4Bias;
+  const std::int32_t bias_c = format_ == Format::kQ8_0 ? internal::kQ8Bias : internal::kQ4Bias;
   const std::size_t threads = pool != nullptr ? pool->threads() : 1;
   if (threads > 1 && m > 1 && m * n_in_ >= kMinParallelQuantize) {
     pool->parallel_for(m, 1,
@@ -310,22 +309,22 @@ absl::Status Linear::quantize_input(const float* x, std::size_t m, MemoryAllocat
   return absl::OkStatus();
 }
 
-linear_internal::MatmulFn Linear::matmul_fn(bool per_token) const {
-  const linear_internal::LinearKernels& k = linear_kernels();
+internal::MatmulFn Linear::matmul_fn(bool per_token) const {
+  const internal::LinearKernels& k = linear_kernels();
   if (format_ == Format::kQ8_0) return per_token ? k.q8_0_per_token : k.q8_0_per_group;
   return per_token ? k.q4_0_per_token : k.q4_0_per_group;
 }
 
-linear_internal::PackedWeights Linear::packed_weights() const {
+internal::PackedWeights Linear::packed_weights() const {
   return {packed_.get(), group_stride_, scales_offset_, n_in_ / kQuantGroup, n_out_};
 }
 
-void Linear::run_quantized(const linear_internal::QuantizedActivations& a, float* y,
+void Linear::run_quantized(const internal::QuantizedActivations& a, float* y,
                            ThreadPool* pool) const {
   const std::size_t m = a.m;
   const std::size_t threads = pool != nullptr ? pool->threads() : 1;
-  const linear_internal::PackedWeights w = packed_weights();
-  const linear_internal::MatmulFn matmul = matmul_fn(a.per_token);
+  const internal::PackedWeights w = packed_weights();
+  const internal::MatmulFn matmul = matmul_fn(a.per_token);
   if (threads <= 1 || m * n_out_ * n_in_ < (m == 1 ? kMinParallelGemvMacs : kMinParallelMacs)) {
     matmul(w, a, 0, groups_, 0, m, y, n_out_);
     return;

@@ -67,7 +67,7 @@
 
 namespace hearth::kernels {
 
-namespace linear_internal {
+namespace internal {
 struct XnnpackFullyConnected;  // defined in kernels/linear_impl.h
 struct QuantizedActivations;
 struct PackedWeights;
@@ -77,7 +77,7 @@ using MatmulFn = void (*)(const PackedWeights& w, const QuantizedActivations& a,
 struct AlignedFree {
   void operator()(std::uint8_t* p) const noexcept;
 };
-}  // namespace linear_internal
+}  // namespace internal
 
 class Linear {
  public:
@@ -153,11 +153,10 @@ class Linear {
   // matmul over them (split across the pool when large enough).
   absl::Status quantize_input(const float* x, std::size_t m, MemoryAllocator& scratch,
                               ThreadPool* pool, ActivationQuant aq,
-                              linear_internal::QuantizedActivations& a) const;
-  void run_quantized(const linear_internal::QuantizedActivations& a, float* y,
-                     ThreadPool* pool) const;
+                              internal::QuantizedActivations& a) const;
+  void run_quantized(const internal::QuantizedActivations& a, float* y, ThreadPool* pool) const;
   // The active ISA's matmul for this format and activation granularity.
-  linear_internal::MatmulFn matmul_fn(bool per_token) const;
+  internal::MatmulFn matmul_fn(bool per_token) const;
   // Units of a one-token forward: kGemvUnit row groups, the GEMV tile.
   std::size_t gemv_units() const noexcept;
   // How many units a one-token forward of `layers` (one quantized format)
@@ -165,18 +164,18 @@ class Linear {
   // forward_same_input and hint_decode share this decision.
   static std::size_t split_gemv_units(std::span<const Linear* const> layers,
                                       const ThreadPool* pool);
-  linear_internal::PackedWeights packed_weights() const;
+  internal::PackedWeights packed_weights() const;
 
   Format format_ = Format::kF32;
   std::size_t n_in_ = 0;
   std::size_t n_out_ = 0;
   // Quantized formats: the packed row groups (64-byte aligned).
-  std::unique_ptr<std::uint8_t[], linear_internal::AlignedFree> packed_;
+  std::unique_ptr<std::uint8_t[], internal::AlignedFree> packed_;
   std::size_t groups_ = 0;         // ceil(n_out / 16)
   std::size_t group_stride_ = 0;   // bytes per row group, a multiple of 64
   std::size_t scales_offset_ = 0;  // offset of a group's fp16 scales within it
   // Float format: XNNPACK's operator and the mutex that guards it.
-  std::unique_ptr<linear_internal::XnnpackFullyConnected> xnn_;
+  std::unique_ptr<internal::XnnpackFullyConnected> xnn_;
 };
 
 }  // namespace hearth::kernels

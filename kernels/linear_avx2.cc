@@ -18,7 +18,7 @@
 
 #include "kernels/linear_impl.h"
 
-namespace hearth::kernels::linear_internal {
+namespace hearth::kernels::internal {
 namespace {
 
 inline __m256i broadcast4(const std::int8_t* p) {
@@ -368,4 +368,4 @@ void quantize_activations_avx2(const float* x, std::size_t t0, std::size_t t1, s
 const LinearKernels kLinearAvx2 = {kTileTokensAvx2,  quantize_activations_avx2, run<false, false>,
                                    run<false, true>, run<true, false>,          run<true, true>};
 
-}  // namespace hearth::kernels::linear_internal
+}  // namespace hearth::kernels::internal

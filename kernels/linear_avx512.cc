@@ -16,7 +16,7 @@
 
 #include "kernels/linear_impl.h"
 
-namespace hearth::kernels::linear_internal {
+namespace hearth::kernels::internal {
 namespace {
 
 inline __m512i broadcast4(const std::int8_t* p) {
@@ -246,4 +246,4 @@ const LinearKernels kLinearAvx512 = {kTileTokensAvx512, quantize_activations_avx
                                      run<false, false>, run<false, true>,
                                      run<true, false>,  run<true, true>};
 
-}  // namespace hearth::kernels::linear_internal
+}  // namespace hearth::kernels::internal

@@ -14,7 +14,7 @@
 
 #include "kernels/linear_impl.h"
 
-namespace hearth::kernels::linear_internal {
+namespace hearth::kernels::internal {
 namespace {
 
 inline __m512i broadcast4(const std::int8_t* p) {
@@ -226,4 +226,4 @@ const LinearKernels kLinearAvx512Vnni = {kTileTokensAvx512Vnni, quantize_activat
                                          run<false, false>,     run<false, true>,
                                          run<true, false>,      run<true, true>};
 
-}  // namespace hearth::kernels::linear_internal
+}  // namespace hearth::kernels::internal

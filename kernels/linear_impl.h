@@ -17,7 +17,7 @@
 
 struct xnn_operator;
 
-namespace hearth::kernels::linear_internal {
+namespace hearth::kernels::internal {
 
 // Output rows per row group: one zmm of int32 / float lanes.
 inline constexpr std::size_t kGroupRows = 16;
@@ -140,4 +140,4 @@ absl::Status xnnpack_create(const float* w, std::size_t n_out, std::size_t n_in,
 absl::Status xnnpack_run(XnnpackFullyConnected& fc, const float* x, std::size_t m, float* y,
                          pthreadpool_t threadpool);
 
-}  // namespace hearth::kernels::linear_internal
+}  // namespace hearth::kernels::internal

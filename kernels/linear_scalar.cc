@@ -9,7 +9,7 @@
 #include "kernels/fp16.h"
 #include "kernels/linear_impl.h"
 
-namespace hearth::kernels::linear_internal {
+namespace hearth::kernels::internal {
 namespace {
 
 void scale_of(float amax, float* d, float* id) {
@@ -135,4 +135,4 @@ const LinearKernels kLinearScalar = {
     // per group, per token (the scalar loop reads a.per_token itself)
     matmul<false>, matmul<false>, matmul<true>, matmul<true>};
 
-}  // namespace hearth::kernels::linear_internal
+}  // namespace hearth::kernels::internal

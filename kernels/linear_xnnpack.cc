@@ -7,7 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "kernels/linear_impl.h"
 
-namespace hearth::kernels::linear_internal {
+namespace hearth::kernels::internal {
 namespace {
 
 const char* xnn_status_name(xnn_status s) {
@@ -76,4 +76,4 @@ absl::Status xnnpack_run(XnnpackFullyConnected& fc, const float* x, std::size_t 
   return absl::OkStatus();
 }
 
-}  // namespace hearth::kernels::linear_internal
+}  // namespace hearth::kernels::internal

@@ -7,7 +7,7 @@
 
 namespace hearth::kernels {
 
-namespace quantize_impl {
+namespace internal {
 
 MinMax minmax_scalar(const float* x, std::size_t n) {
   MinMax m{x[0], x[0]};
@@ -65,12 +65,12 @@ const QuantizeKernels kQuantizeScalar = {minmax_scalar, quantize_row_scalar,
                                          quantize_channels_scalar, dequantize_row_scalar,
                                          dequantize_channels_scalar};
 
-}  // namespace quantize_impl
+}  // namespace internal
 
 namespace {
 
-using quantize_impl::MinMax;
-using quantize_impl::RowParams;
+using internal::MinMax;
+using internal::RowParams;
 
 constexpr std::int32_t kQMin = -128;
 constexpr std::int32_t kQMax = 127;
@@ -85,10 +85,10 @@ constexpr std::size_t kBlock = 64;
 // Per-channel kernels amortise their 1/scale divisions over tiles of this many rows.
 constexpr std::size_t kChannelRowTile = 4;
 
-using quantize_impl::QuantizeKernels;
+using internal::QuantizeKernels;
 
 const QuantizeKernels& active_kernels() {
-  using namespace quantize_impl;
+  using namespace internal;
   // AVX-512 VNNI has nothing of its own here: it uses the AVX-512 table.
   static constexpr PerIsaTables<QuantizeKernels> kTables{&kQuantizeScalar, &kQuantizeAvx2,
                                                          &kQuantizeAvx512, nullptr};

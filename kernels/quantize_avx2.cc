@@ -6,7 +6,7 @@
 
 #include "kernels/quantize_impl.h"
 
-namespace hearth::kernels::quantize_impl {
+namespace hearth::kernels::internal {
 namespace {
 
 inline float hmin(__m256 v) {
@@ -182,4 +182,4 @@ void dequantize_channels_avx2(const std::int8_t* q, std::size_t rows, std::size_
 const QuantizeKernels kQuantizeAvx2 = {minmax_avx2, quantize_row_avx2, quantize_channels_avx2,
                                        dequantize_row_avx2, dequantize_channels_avx2};
 
-}  // namespace hearth::kernels::quantize_impl
+}  // namespace hearth::kernels::internal

@@ -11,7 +11,7 @@
 
 #include "kernels/quantize_impl.h"
 
-namespace hearth::kernels::quantize_impl {
+namespace hearth::kernels::internal {
 namespace {
 
 // Software prefetch distance for streaming reads: far enough ahead to cover
@@ -174,4 +174,4 @@ const QuantizeKernels kQuantizeAvx512 = {minmax_avx512, quantize_row_avx512,
                                          quantize_channels_avx512, dequantize_row_avx512,
                                          dequantize_channels_avx512};
 
-}  // namespace hearth::kernels::quantize_impl
+}  // namespace hearth::kernels::internal

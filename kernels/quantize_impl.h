@@ -10,7 +10,7 @@
 #include <cstddef>
 #include <cstdint>
 
-namespace hearth::kernels::quantize_impl {
+namespace hearth::kernels::internal {
 
 struct MinMax {
   float min, max;
@@ -84,4 +84,4 @@ extern const QuantizeKernels kQuantizeScalar;
 extern const QuantizeKernels kQuantizeAvx2;
 extern const QuantizeKernels kQuantizeAvx512;
 
-}  // namespace hearth::kernels::quantize_impl
+}  // namespace hearth::kernels::internal

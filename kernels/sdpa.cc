@@ -9,7 +9,7 @@
 #include "kernels/sdpa_impl.h"
 
 namespace hearth::kernels {
-namespace sdpa_detail {
+namespace internal {
 namespace {
 
 // ---- Scalar reference kernels ---------------------------------------------
@@ -93,12 +93,12 @@ const AttentionKernels kScalarAttention = {
     scores_q8_scalar,      scores_f32_scalar,       softmax_row_scalar, accumulate_q8_scalar,
     accumulate_f32_scalar, /*head_dim_multiple=*/1, /*max_head_dim=*/0};
 
-}  // namespace sdpa_detail
+}  // namespace internal
 
 namespace {
 
-using sdpa_detail::AttentionKernels;
-using sdpa_detail::kKvTile;
+using internal::AttentionKernels;
+using internal::kKvTile;
 
 // Query rows (heads x tokens) an item processes at most: enough that a K/V
 // tile read from memory serves many rows, few enough that the accumulators
@@ -116,7 +116,7 @@ std::size_t round_up(std::size_t x) {
 // The active ISA's attention table, or the best one below it that serves
 // head_dim (the scalar one serves any).
 const AttentionKernels& select_kernels(std::size_t head_dim) {
-  using namespace sdpa_detail;
+  using namespace internal;
   static constexpr PerIsaTables<AttentionKernels> kTables{&kScalarAttention, &kAvx2Attention,
                                                           &kAvx512Attention, &kAvx512VnniAttention};
   for (int level = static_cast<int>(active_isa()); level > 0; --level) {

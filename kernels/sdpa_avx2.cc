@@ -10,7 +10,7 @@
 
 #include "kernels/sdpa_impl.h"
 
-namespace hearth::kernels::sdpa_detail {
+namespace hearth::kernels::internal {
 namespace {
 
 // The register blocks only stay in registers when every helper is inlined.
@@ -356,4 +356,4 @@ void accumulate_f32(const float* w, std::size_t ld_w, std::size_t rows, const fl
 const AttentionKernels kAvx2Attention = {
     scores_q8, scores_f32, softmax_row, accumulate_q8, accumulate_f32, 8, 0};
 
-}  // namespace hearth::kernels::sdpa_detail
+}  // namespace hearth::kernels::internal

@@ -16,7 +16,7 @@
 
 #include "kernels/sdpa_impl.h"
 
-namespace hearth::kernels::sdpa_detail {
+namespace hearth::kernels::internal {
 namespace {
 
 // The register blocks only stay in registers when every helper is inlined.
@@ -340,4 +340,4 @@ const AttentionKernels kAvx512VnniAttention = {scores_q8_avx512vnni, scores_f32,
                                                accumulate_q8,        accumulate_f32, 16,
                                                kVnniMaxHeadDim};
 
-}  // namespace hearth::kernels::sdpa_detail
+}  // namespace hearth::kernels::internal

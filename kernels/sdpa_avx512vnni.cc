@@ -20,7 +20,7 @@
 
 #include "kernels/sdpa_impl.h"
 
-namespace hearth::kernels::sdpa_detail {
+namespace hearth::kernels::internal {
 namespace {
 
 #define HEARTH_SDPA_INLINE inline __attribute__((always_inline))
@@ -235,4 +235,4 @@ void scores_q8_avx512vnni(const float* q, std::size_t ld_q, std::size_t rows, co
   }
 }
 
-}  // namespace hearth::kernels::sdpa_detail
+}  // namespace hearth::kernels::internal

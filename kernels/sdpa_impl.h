@@ -11,7 +11,7 @@
 
 #include "kernels/kv_cache.h"
 
-namespace hearth::kernels::sdpa_detail {
+namespace hearth::kernels::internal {
 
 // KV positions per tile. A tile's int8 K (or V) rows are 16 KiB at head_dim
 // 128 and its score rows 512 bytes, so a tile stays in L1/L2 while every
@@ -116,4 +116,4 @@ struct KvRowParams {
 };
 KvRowParams kv_row_params(float lo, float hi);
 
-}  // namespace hearth::kernels::sdpa_detail
+}  // namespace hearth::kernels::internal

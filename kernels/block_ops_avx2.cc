@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "kernels/block_ops_impl.h"
+#include "kernels/simd_avx2.h"
 
 namespace hearth::kernels::internal {
 namespace {
@@ -19,20 +20,8 @@ __m256i tail_mask(std::size_t n) {
   return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kTable + 8 - n));
 }
 
-// Pairwise: (l0+l4 + l2+l6) + (l1+l5 + l3+l7).
-float hsum(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
-float hmax(__m256 v) {
-  __m128 s = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_max_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_max_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
+using avx2::hmax;
+using avx2::hsum;
 
 // e^x (see exp_f32 in block_ops.h): x = k ln2 + r, e^r by Cephes' expf
 // polynomial, then two exact scalings by 2^(k/2) so that 2^k needs no special

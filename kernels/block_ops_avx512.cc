@@ -6,6 +6,7 @@
 #include <cstdint>
 
 #include "kernels/block_ops_impl.h"
+#include "kernels/simd_avx512.h"
 
 namespace hearth::kernels::internal {
 namespace {
@@ -13,7 +14,7 @@ namespace {
 constexpr std::size_t kW = 16;  // floats per register
 
 // Lanes [0, n) for n in [0, 16].
-__mmask16 tail_mask(std::size_t n) { return static_cast<__mmask16>((1u << n) - 1u); }
+using avx512::tail_mask;
 
 // Pairwise halving: 16 -> 8 -> 4 -> 2 -> 1.
 float hsum(__m512 v) {

@@ -7,23 +7,10 @@
 #include <cstring>
 
 #include "kernels/sdpa_impl.h"
+#include "kernels/simd_avx2.h"
 
 namespace hearth::kernels::internal {
 namespace {
-
-float hmin8(__m256 v) {
-  __m128 m = _mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  m = _mm_min_ps(m, _mm_movehl_ps(m, m));
-  m = _mm_min_ss(m, _mm_movehdup_ps(m));
-  return _mm_cvtss_f32(m);
-}
-
-float hmax8(__m256 v) {
-  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-  m = _mm_max_ss(m, _mm_movehdup_ps(m));
-  return _mm_cvtss_f32(m);
-}
 
 // 8 floats -> 8 int8 codes round(x * inv) + zero in [-128, 127].
 void store_q8(__m256 x, __m256 inv, __m256i zero, std::int8_t* q, std::size_t n) {
@@ -61,7 +48,7 @@ KvRowQuantization quantize_row(const float* x, std::size_t n, std::int8_t* q) {
     vmin = _mm256_min_ps(vmin, v);
     vmax = _mm256_max_ps(vmax, v);
   }
-  const KvRowParams p = kv_row_params(hmin8(vmin), hmax8(vmax));
+  const KvRowParams p = kv_row_params(avx2::hmin(vmin), avx2::hmax(vmax));
   if (p.inv == 0.0f) {
     std::memset(q, 0, n);
     return {};

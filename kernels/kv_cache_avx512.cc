@@ -7,11 +7,12 @@
 #include <cstring>
 
 #include "kernels/sdpa_impl.h"
+#include "kernels/simd_avx512.h"
 
 namespace hearth::kernels::internal {
 namespace {
 
-__mmask16 tail_mask(std::size_t n) { return static_cast<__mmask16>((1u << n) - 1u); }
+using avx512::tail_mask;
 
 // 16 floats -> int8 codes round(x * inv) + zero in [-128, 127] (lanes of m).
 void store_q8(__m512 x, __m512 inv, __m512i zero, std::int8_t* q, __mmask16 m) {

@@ -17,29 +17,14 @@
 #include <cstring>
 
 #include "kernels/linear_impl.h"
+#include "kernels/simd_avx2.h"
 
 namespace hearth::kernels::internal {
 namespace {
 
-inline __m256i broadcast4(const std::int8_t* p) {
-  std::int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm256_set1_epi32(v);
-}
-
-inline float hmax(__m256 v) {
-  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-  m = _mm_max_ss(m, _mm_movehdup_ps(m));
-  return _mm_cvtss_f32(m);
-}
-
-inline std::int32_t hsum(__m256i v) {
-  __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4e));
-  s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xb1));
-  return _mm_cvtsi128_si32(s);
-}
+using avx2::broadcast4;
+using avx2::hmax;
+using avx2::hsum;
 
 // Row groups [g, g + G) (2G halves of 8 rows) x tokens [j0, j0 + T) of
 // token tile `tile`, whose width is n (pointer walk as in

@@ -15,15 +15,12 @@
 #include <cstring>
 
 #include "kernels/linear_impl.h"
+#include "kernels/simd_avx512.h"
 
 namespace hearth::kernels::internal {
 namespace {
 
-inline __m512i broadcast4(const std::int8_t* p) {
-  std::int32_t v;
-  std::memcpy(&v, p, 4);
-  return _mm512_set1_epi32(v);
-}
+using avx512::broadcast4;
 
 inline __mmask16 row_mask(std::size_t n_out, std::size_t g) {
   const std::size_t first = g * kGroupRows;

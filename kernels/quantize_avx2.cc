@@ -5,23 +5,13 @@
 #include <immintrin.h>
 
 #include "kernels/quantize_impl.h"
+#include "kernels/simd_avx2.h"
 
 namespace hearth::kernels::internal {
 namespace {
 
-inline float hmin(__m256 v) {
-  __m128 m = _mm_min_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  m = _mm_min_ps(m, _mm_movehl_ps(m, m));
-  m = _mm_min_ss(m, _mm_shuffle_ps(m, m, 1));
-  return _mm_cvtss_f32(m);
-}
-
-inline float hmax(__m256 v) {
-  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-  m = _mm_max_ss(m, _mm_shuffle_ps(m, m, 1));
-  return _mm_cvtss_f32(m);
-}
+using avx2::hmax;
+using avx2::hmin;
 
 // Software prefetch distance for streaming reads: far enough ahead to cover
 // DRAM latency at one core's bandwidth, close enough to stay within L1.

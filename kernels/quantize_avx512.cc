@@ -10,6 +10,7 @@
 #include <immintrin.h>
 
 #include "kernels/quantize_impl.h"
+#include "kernels/simd_avx512.h"
 
 namespace hearth::kernels::internal {
 namespace {
@@ -42,7 +43,7 @@ inline void store16(std::int8_t* q, __m512i v) {
   _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtsepi32_epi8(v));
 }
 
-inline __mmask16 tail_mask(std::size_t count) { return static_cast<__mmask16>((1u << count) - 1u); }
+using avx512::tail_mask;
 
 inline Vq channel_params(__mmask16 m, const float* scales, const std::int32_t* zero_points) {
   // Masked-off lanes load scale 1 (not 0) so the division stays exact and quiet.

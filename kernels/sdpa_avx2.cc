@@ -9,19 +9,10 @@
 #include <cstring>
 
 #include "kernels/sdpa_impl.h"
+#include "kernels/simd_avx2.h"
 
 namespace hearth::kernels::internal {
 namespace {
-
-// The register blocks only stay in registers when every helper is inlined.
-#define HEARTH_SDPA_INLINE inline __attribute__((always_inline))
-
-// Prefetches the bytes kPrefetchL1Bytes and kPrefetchL2Bytes ahead of p.
-HEARTH_SDPA_INLINE void prefetch_ahead(const void* p) {
-  const char* c = static_cast<const char*>(p);
-  _mm_prefetch(c + kPrefetchL1Bytes, _MM_HINT_T0);
-  _mm_prefetch(c + kPrefetchL2Bytes, _MM_HINT_T2);
-}
 
 HEARTH_SDPA_INLINE __m256 load_row(const std::int8_t* p) {
   return _mm256_cvtepi32_ps(
@@ -194,20 +185,6 @@ HEARTH_SDPA_INLINE __m256 exp8(__m256 x) {
   return _mm256_and_ps(keep, _mm256_mul_ps(y, _mm256_castsi256_ps(e)));
 }
 
-float hmax8(__m256 v) {
-  __m128 m = _mm_max_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  m = _mm_max_ps(m, _mm_movehl_ps(m, m));
-  m = _mm_max_ss(m, _mm_movehdup_ps(m));
-  return _mm_cvtss_f32(m);
-}
-
-float hsum8(__m256 v) {
-  __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
-  s = _mm_add_ps(s, _mm_movehl_ps(s, s));
-  s = _mm_add_ss(s, _mm_movehdup_ps(s));
-  return _mm_cvtss_f32(s);
-}
-
 // Lanes [0, n) all ones, the rest zero (n <= 8).
 __m256i first_lanes(std::size_t n) {
   return _mm256_cmpgt_epi32(_mm256_set1_epi32(static_cast<int>(n)),
@@ -225,7 +202,7 @@ float softmax_row(float* s, std::size_t n_valid, std::size_t n, const float* v_s
     vmax = _mm256_max_ps(
         vmax, _mm256_blendv_ps(neg_inf, _mm256_maskload_ps(s + j, k), _mm256_castsi256_ps(k)));
   }
-  const float mx = hmax8(vmax);
+  const float mx = avx2::hmax(vmax);
   const float m_new = mx > *m ? mx : *m;
   const float corr = _mm_cvtss_f32(_mm256_castps256_ps128(exp8(_mm256_set1_ps(*m - m_new))));
   const __m256 vm = _mm256_set1_ps(m_new);
@@ -245,7 +222,7 @@ float softmax_row(float* s, std::size_t n_valid, std::size_t n, const float* v_s
         s + j, k, v_scale != nullptr ? _mm256_mul_ps(e, _mm256_maskload_ps(v_scale + j, k)) : e);
   }
   for (j = n_valid; j < n; ++j) s[j] = 0.0f;
-  *l = *l * corr + hsum8(sum);
+  *l = *l * corr + avx2::hsum(sum);
   *m = m_new;
   return corr;
 }
@@ -294,7 +271,7 @@ HEARTH_SDPA_INLINE void zero_offsets(const float* w, std::size_t ld_w, const std
       sum[r] = _mm256_fmadd_ps(_mm256_loadu_ps(w + r * ld_w + j), z, sum[r]);
   }
   for (int r = 0; r < R; ++r) {
-    off[r] = hsum8(sum[r]);
+    off[r] = avx2::hsum(sum[r]);
     for (std::size_t t = j; t < n; ++t) off[r] += w[r * ld_w + t] * static_cast<float>(zero[t]);
   }
 }

@@ -19,16 +19,6 @@
 namespace hearth::kernels::internal {
 namespace {
 
-// The register blocks only stay in registers when every helper is inlined.
-#define HEARTH_SDPA_INLINE inline __attribute__((always_inline))
-
-// Prefetches the bytes kPrefetchL1Bytes and kPrefetchL2Bytes ahead of p.
-HEARTH_SDPA_INLINE void prefetch_ahead(const void* p) {
-  const char* c = static_cast<const char*>(p);
-  _mm_prefetch(c + kPrefetchL1Bytes, _MM_HINT_T0);
-  _mm_prefetch(c + kPrefetchL2Bytes, _MM_HINT_T2);
-}
-
 HEARTH_SDPA_INLINE __m512 load_row(const std::int8_t* p) {
   return _mm512_cvtepi32_ps(
       _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));

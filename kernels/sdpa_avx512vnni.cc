@@ -23,15 +23,6 @@
 namespace hearth::kernels::internal {
 namespace {
 
-#define HEARTH_SDPA_INLINE inline __attribute__((always_inline))
-
-// Prefetches the bytes kPrefetchL1Bytes and kPrefetchL2Bytes ahead of p.
-HEARTH_SDPA_INLINE void prefetch_ahead(const void* p) {
-  const char* c = static_cast<const char*>(p);
-  _mm_prefetch(c + kPrefetchL1Bytes, _MM_HINT_T0);
-  _mm_prefetch(c + kPrefetchL2Bytes, _MM_HINT_T2);
-}
-
 // acc += pairwise dot products of a and b (int16 -> int32). Inline asm
 // because GCC 12 copies the accumulator around the intrinsic's tied operand,
 // doubling the instructions of the inner loop.

@@ -9,6 +9,8 @@
 #include <cstddef>
 #include <cstdint>
 
+#include <xmmintrin.h>  // _mm_prefetch (SSE, in every x86-64 build)
+
 #include "kernels/kv_cache.h"
 
 namespace hearth::kernels::internal {
@@ -25,6 +27,18 @@ inline constexpr std::size_t kKvTile = 128;
 // contiguously, so the streams never break.
 inline constexpr std::size_t kPrefetchL1Bytes = 2048;
 inline constexpr std::size_t kPrefetchL2Bytes = 8192;
+
+// For the SIMD files: their register blocks only stay in registers when
+// every helper is inlined.
+#define HEARTH_SDPA_INLINE inline __attribute__((always_inline))
+
+// Prefetches the bytes kPrefetchL1Bytes and kPrefetchL2Bytes ahead of p.
+// `static`: each SIMD file compiles its own copy with its own flags.
+static inline __attribute__((always_inline)) void prefetch_ahead(const void* p) {
+  const char* c = static_cast<const char*>(p);
+  _mm_prefetch(c + kPrefetchL1Bytes, _MM_HINT_T0);
+  _mm_prefetch(c + kPrefetchL2Bytes, _MM_HINT_T2);
+}
 
 // The inner loops over one KV tile of n positions (n <= kKvTile).
 //

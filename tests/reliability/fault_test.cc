@@ -97,8 +97,14 @@ TEST(FaultTest, ClientThatStopsReadingHoldsOnlyItsOwnInstance) {
     ASSERT_TRUE(r.status.ok()) << "request " << i << ": " << status_text(r.status);
     ASSERT_EQ(r.dones.size(), 1u);
     EXPECT_EQ(r.dones.front().usage().generated_tokens(), kOtherTokens);
-    EXPECT_LT(r.dones.front().timings().queue_s(), 1.0) << "request " << i << " waited";
     instances.push_back(r.dones.front().instance());
+    // Nothing waits for the stalled instance (an event, not a clock): after
+    // each request the only busy instance is the stalled one's, and the
+    // queue is empty.
+    v1::ModelInfo after;
+    ASSERT_TRUE(get_model(*stub, kDemo, &after).ok());
+    EXPECT_EQ(after.queue_depth(), 0u) << "request " << i << ": " << describe_model(after);
+    EXPECT_EQ(after.instances_busy(), 1u) << "request " << i << ": " << describe_model(after);
   }
   for (std::uint32_t i : instances) EXPECT_EQ(i, instances.front()) << "all ran on one instance";
 
@@ -168,10 +174,10 @@ TEST(FaultTest, DisconnectDuringPrefillFreesTheInstance) {
   EXPECT_EQ(s.finish().error_code(), grpc::StatusCode::CANCELLED) << status_text(s.finish());
   EXPECT_TRUE(s.result().pieces.empty()) << "the prefill finished before the cancellation";
 
-  // Free soon: the generation stops at the next prefill chunk. (Only a bound
-  // for a broken server; the proof that the prefill was cut short is below.)
-  const milliseconds bound = kUnderSanitizer ? seconds(60) : seconds(10);
-  EXPECT_TRUE(wait_until(*stub, kSlow, is_idle, bound, "idle after the disconnect"));
+  // Free again: the generation stops at the next prefill chunk. The wait is
+  // bounded only against a hang; the proof that the prefill was cut short,
+  // not run to its end, is the counters below.
+  EXPECT_TRUE(wait_until(*stub, kSlow, is_idle, patience(), "idle after the disconnect"));
   const double freed_s = std::chrono::duration<double>(Clock::now() - cancelled_at).count();
   std::cout << "[fault] " << prompt_tokens << "-token prefill cancelled; instance free after "
             << freed_s << " s" << std::endl;
@@ -188,14 +194,14 @@ TEST(FaultTest, DisconnectDuringPrefillFreesTheInstance) {
   EXPECT_EQ(metric(m, "hearth_prompt_tokens_total{model=\"slow\"}"),
             static_cast<double>(prompt_tokens));
 
-  // The next request runs at once.
+  // The next request runs on the freed instance (the model was idle above,
+  // so it cannot queue behind the cancelled one).
   v1::GenerateRequest next = make_request(kSlow, "next", 4);
   next.set_ignore_eos(true);
   v1::CompleteResponse resp;
   const grpc::Status st = complete(*stub, next, &resp);
   ASSERT_TRUE(st.ok()) << status_text(st);
   EXPECT_EQ(resp.token_ids_size(), 4);
-  EXPECT_LT(resp.done().timings().queue_s(), 1.0) << "the next request waited";
 }
 
 // --- SIGTERM during load --------------------------------------------------------
@@ -243,11 +249,12 @@ TEST(FaultTest, SigtermDuringLoadDrainsAndExitsZeroWithinTheGracePeriod) {
 
   const auto signalled = Clock::now();
   ASSERT_TRUE(server.signal(SIGTERM));
-  const std::optional<int> code =
-      server.wait_exit(seconds(kGraceS) + seconds(kUnderSanitizer ? 60 : 0));
+  // Bounded only against a hang: that the generations finished within the
+  // grace period is the server's own account below (it cancels whatever is
+  // left when the period ends, and says so), not a clock on this side.
+  const std::optional<int> code = server.wait_exit(seconds(kGraceS) + patience());
   const double exit_s = std::chrono::duration<double>(Clock::now() - signalled).count();
-  ASSERT_TRUE(code.has_value()) << "still running " << kGraceS << " s after SIGTERM"
-                                << server.describe();
+  ASSERT_TRUE(code.has_value()) << "still running long after SIGTERM" << server.describe();
   EXPECT_EQ(*code, 0) << server.describe();
   std::cout << "[fault] exit " << *code << " " << exit_s << " s after SIGTERM" << std::endl;
   const std::string err = server.stderr_text();

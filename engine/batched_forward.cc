@@ -3,7 +3,8 @@
 #include <algorithm>
 #include <cstdlib>
 
-#include "engine/str_cat.h"
+#include "base/status_macros.h"
+#include "base/str_cat.h"
 #include "memory/thread_temp_allocator.h"
 
 namespace hearth::engine {
@@ -87,7 +88,7 @@ absl::Status BatchedForward::check(std::span<const StepInput> inputs) const {
 }
 
 absl::StatusOr<std::span<const float>> BatchedForward::step(std::span<const StepInput> inputs) {
-  if (absl::Status s = check(inputs); !s.ok()) return s;
+  HEARTH_RETURN_IF_ERROR(check(inputs));
   std::size_t rows = 0, wanted = 0;
   for (std::size_t i = 0; i < inputs.size(); ++i) {
     const StepInput& in = inputs[i];
@@ -98,15 +99,11 @@ absl::StatusOr<std::span<const float>> BatchedForward::step(std::span<const Step
   }
   MemoryAllocator& scratch = thread_temp_allocator();
   kernels::ThreadPool* pool = options_.pool;
-  if (absl::Status s = run_layers(*weights_, buffers_, {tokens_, rows},
-                                  {sequences_.data(), inputs.size()}, scratch, pool);
-      !s.ok())
-    return s;
+  HEARTH_RETURN_IF_ERROR(run_layers(*weights_, buffers_, {tokens_, rows},
+                                    {sequences_.data(), inputs.size()}, scratch, pool));
   if (wanted > 0)
-    if (absl::Status s = project_logits(*weights_, buffers_, {logit_rows_.data(), wanted}, logits_,
-                                        scratch, pool);
-        !s.ok())
-      return s;
+    HEARTH_RETURN_IF_ERROR(
+        project_logits(*weights_, buffers_, {logit_rows_.data(), wanted}, logits_, scratch, pool));
   return std::span<const float>(logits_, wanted * weights_->config().n_vocab);
 }
 

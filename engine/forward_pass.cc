@@ -4,7 +4,8 @@
 #include <cmath>
 #include <initializer_list>
 
-#include "engine/str_cat.h"
+#include "base/status_macros.h"
+#include "base/str_cat.h"
 #include "kernels/block_ops.h"
 #include "kernels/embedding.h"
 #include "kernels/sdpa.h"
@@ -61,11 +62,11 @@ absl::Status attend(const ModelConfig& c, const ActivationBuffers& b, const Sequ
   kernels::rope(k, s.rows, c.n_head_kv, c.head_dim, s.start_pos, rope, pool);
   if (!s.kv.int8.empty()) {
     const kernels::QuantizedKvView& kv = s.kv.int8[l];
-    if (absl::Status st = kernels::kv_append(kv, s.start_pos, k, v, s.rows); !st.ok()) return st;
+    HEARTH_RETURN_IF_ERROR(kernels::kv_append(kv, s.start_pos, k, v, s.rows));
     return kernels::sdpa(q, s.rows, s.start_pos, c.n_head, kv, attn_scale, out, scratch, pool);
   }
   const kernels::FloatKvView& kv = s.kv.f32[l];
-  if (absl::Status st = kernels::kv_append(kv, s.start_pos, k, v, s.rows); !st.ok()) return st;
+  HEARTH_RETURN_IF_ERROR(kernels::kv_append(kv, s.start_pos, k, v, s.rows));
   return kernels::sdpa(q, s.rows, s.start_pos, c.n_head, kv, attn_scale, out, scratch, pool);
 }
 
@@ -106,10 +107,8 @@ absl::Status run_layers(const ModelWeights& w, const ActivationBuffers& b,
   if (n == 0 || n > b.rows)
     return absl::InvalidArgumentError(
         str_cat("forward: ", n, " rows; the step's buffers hold 1 to ", b.rows));
-  if (absl::Status s = kernels::embedding_lookup(w.embedding(), w.embedding_type(), c.n_vocab, d,
-                                                 tokens.data(), n, b.x, pool);
-      !s.ok())
-    return s;
+  HEARTH_RETURN_IF_ERROR(kernels::embedding_lookup(w.embedding(), w.embedding_type(), c.n_vocab, d,
+                                                   tokens.data(), n, b.x, pool));
   const kernels::RopeConfig rope = rope_config(c, w);
   const float attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
 
@@ -132,29 +131,25 @@ absl::Status run_layers(const ModelWeights& w, const ActivationBuffers& b,
     const kernels::Linear* qkv[] = {&L.wq, &L.wk, &L.wv};
     float* const qkv_out[] = {b.q, b.k, b.v};
     hint_next({&L.wo});
-    if (absl::Status s = kernels::Linear::forward_same_input(qkv, b.xn, n, qkv_out, scratch, pool);
-        !s.ok())
-      return s;
+    HEARTH_RETURN_IF_ERROR(
+        kernels::Linear::forward_same_input(qkv, b.xn, n, qkv_out, scratch, pool));
     if (!L.bq.empty()) {
       kernels::add_rows_inplace(b.q, L.bq.data(), n, c.q_dim(), pool);
       kernels::add_rows_inplace(b.k, L.bk.data(), n, c.kv_dim(), pool);
       kernels::add_rows_inplace(b.v, L.bv.data(), n, c.kv_dim(), pool);
     }
     for (const SequenceRows& s : sequences)
-      if (absl::Status st = attend(c, b, s, l, rope, attn_scale, scratch, pool); !st.ok())
-        return st;
+      HEARTH_RETURN_IF_ERROR(attend(c, b, s, l, rope, attn_scale, scratch, pool));
     hint_next({&L.w_gate, &L.w_up});
-    if (absl::Status s = L.wo.forward(b.attn, n, b.tmp, scratch, pool); !s.ok()) return s;
+    HEARTH_RETURN_IF_ERROR(L.wo.forward(b.attn, n, b.tmp, scratch, pool));
     kernels::add_inplace(b.x, b.tmp, n * d, pool);
 
     kernels::rms_norm(b.x, L.ffn_norm.data(), n, d, c.rms_eps, b.xn, pool);
     const kernels::Linear* gate_up[] = {&L.w_gate, &L.w_up};
     float* const gate_up_out[] = {b.gate, b.up};
     hint_next({&L.w_down});
-    if (absl::Status s =
-            kernels::Linear::forward_same_input(gate_up, b.xn, n, gate_up_out, scratch, pool);
-        !s.ok())
-      return s;
+    HEARTH_RETURN_IF_ERROR(
+        kernels::Linear::forward_same_input(gate_up, b.xn, n, gate_up_out, scratch, pool));
     kernels::swiglu(b.gate, b.up, n * c.n_ff, b.gate, pool);
     if (l + 1 < c.n_layer) {
       const LayerWeights& N = w.layers()[l + 1];
@@ -162,7 +157,7 @@ absl::Status run_layers(const ModelWeights& w, const ActivationBuffers& b,
     } else {
       hint_next({&w.output()});
     }
-    if (absl::Status s = L.w_down.forward(b.gate, n, b.tmp, scratch, pool); !s.ok()) return s;
+    HEARTH_RETURN_IF_ERROR(L.w_down.forward(b.gate, n, b.tmp, scratch, pool));
     kernels::add_inplace(b.x, b.tmp, n * d, pool);
   }
   return absl::OkStatus();

@@ -3,8 +3,9 @@
 #include <chrono>
 
 #include "absl/status/status.h"
+#include "base/status_macros.h"
+#include "base/str_cat.h"
 #include "engine/sequence.h"
-#include "engine/str_cat.h"
 #include "memory/thread_temp_allocator.h"
 
 namespace hearth::engine {
@@ -43,10 +44,9 @@ absl::StatusOr<GenerationResult> generate(Module& module, const Tokenizer& token
   if (request.prompt_ids.empty()) {
     if (auto s = validate_sampling(request.sampling); !s.ok()) return s;
     if (request.prompt.empty()) return absl::InvalidArgumentError("prompt: must not be empty");
-    auto ids = tokenizer.encode(request.prompt, request.tokenize);
-    if (!ids.ok()) return ids.status();
+    HEARTH_ASSIGN_OR_RETURN(auto ids, tokenizer.encode(request.prompt, request.tokenize));
     tokenized = request;
-    tokenized.prompt_ids = std::move(*ids);
+    tokenized.prompt_ids = std::move(ids);
     req = &tokenized;
   }
   absl::StatusOr<std::unique_ptr<Sequence>> started =

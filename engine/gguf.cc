@@ -10,7 +10,7 @@
 #include <type_traits>
 
 #include "absl/status/status.h"
-#include "engine/str_cat.h"
+#include "base/str_cat.h"
 
 namespace hearth::engine {
 namespace {
@@ -711,17 +711,28 @@ template <typename Out>
 Out array_element(const GgufValue& v, std::size_t i, std::size_t es) {
   const std::uint8_t* p = v.array_data + i * es;
   switch (v.array_type) {
-    case GgufValueType::kFloat32: return static_cast<Out>(load_as<float>(p));
-    case GgufValueType::kFloat64: return static_cast<Out>(load_as<double>(p));
-    case GgufValueType::kUint8: return static_cast<Out>(load_as<std::uint8_t>(p));
-    case GgufValueType::kInt8: return static_cast<Out>(load_as<std::int8_t>(p));
-    case GgufValueType::kUint16: return static_cast<Out>(load_as<std::uint16_t>(p));
-    case GgufValueType::kInt16: return static_cast<Out>(load_as<std::int16_t>(p));
-    case GgufValueType::kUint32: return static_cast<Out>(load_as<std::uint32_t>(p));
-    case GgufValueType::kInt32: return static_cast<Out>(load_as<std::int32_t>(p));
-    case GgufValueType::kUint64: return static_cast<Out>(load_as<std::uint64_t>(p));
-    case GgufValueType::kInt64: return static_cast<Out>(load_as<std::int64_t>(p));
-    default: return Out{};
+    case GgufValueType::kFloat32:
+      return static_cast<Out>(load_as<float>(p));
+    case GgufValueType::kFloat64:
+      return static_cast<Out>(load_as<double>(p));
+    case GgufValueType::kUint8:
+      return static_cast<Out>(load_as<std::uint8_t>(p));
+    case GgufValueType::kInt8:
+      return static_cast<Out>(load_as<std::int8_t>(p));
+    case GgufValueType::kUint16:
+      return static_cast<Out>(load_as<std::uint16_t>(p));
+    case GgufValueType::kInt16:
+      return static_cast<Out>(load_as<std::int16_t>(p));
+    case GgufValueType::kUint32:
+      return static_cast<Out>(load_as<std::uint32_t>(p));
+    case GgufValueType::kInt32:
+      return static_cast<Out>(load_as<std::int32_t>(p));
+    case GgufValueType::kUint64:
+      return static_cast<Out>(load_as<std::uint64_t>(p));
+    case GgufValueType::kInt64:
+      return static_cast<Out>(load_as<std::int64_t>(p));
+    default:
+      return Out{};
   }
 }
 }  // namespace
@@ -732,7 +743,8 @@ absl::StatusOr<std::vector<Out>> GgufFile::number_array(std::string_view key, bo
   const GgufValue* v = find(key);
   if (v == nullptr) return missing(name_, key);
   const std::size_t es = v->type == GgufValueType::kArray ? scalar_size(v->array_type) : 0;
-  const bool is_float = v->array_type == GgufValueType::kFloat32 || v->array_type == GgufValueType::kFloat64;
+  const bool is_float =
+      v->array_type == GgufValueType::kFloat32 || v->array_type == GgufValueType::kFloat64;
   if (es == 0 || v->array_type == GgufValueType::kBool || (is_float && !floats_allowed)) {
     return type_error(key, *v, wanted);
   }

@@ -3,7 +3,7 @@
 #include <cstdio>
 #include <cstring>
 
-#include "engine/str_cat.h"
+#include "base/str_cat.h"
 
 namespace hearth::engine {
 namespace {

@@ -3,7 +3,8 @@
 #include <filesystem>
 
 #include "absl/status/status.h"
-#include "engine/str_cat.h"
+#include "base/status_macros.h"
+#include "base/str_cat.h"
 
 namespace hearth::engine {
 namespace {
@@ -51,9 +52,8 @@ absl::StatusOr<ModelConfig> read_model_config(const GgufFile& f) {
   }
   const std::string& a = c.arch_name;
   auto need = [&](const std::string& key, std::size_t* out) -> absl::Status {
-    auto v = positive(f, key);
-    if (!v.ok()) return v.status();
-    *out = *v;
+    HEARTH_ASSIGN_OR_RETURN(auto v, positive(f, key));
+    *out = v;
     return absl::OkStatus();
   };
   if (auto s = need(a + ".block_count", &c.n_layer); !s.ok()) return s;

@@ -6,7 +6,8 @@
 #include <numeric>
 
 #include "absl/status/status.h"
-#include "engine/str_cat.h"
+#include "base/status_macros.h"
+#include "base/str_cat.h"
 #include "memory/thread_temp_allocator.h"
 #include "spdlog/spdlog.h"
 
@@ -16,11 +17,6 @@ namespace {
 constexpr std::size_t kAlign = 64;
 
 std::size_t round_up(std::size_t n) { return (n + kAlign - 1) / kAlign * kAlign; }
-
-#define HEARTH_RETURN_IF_ERROR(expr)                   \
-  do {                                                 \
-    if (absl::Status s_ = (expr); !s_.ok()) return s_; \
-  } while (0)
 
 }  // namespace
 
@@ -41,18 +37,16 @@ absl::StatusOr<std::unique_ptr<Module>> Module::load(const std::string& path,
                                                      const ModuleOptions& options,
                                                      MemoryAllocator* planned,
                                                      MemoryAllocator* temp) {
-  auto file = GgufFile::open(path);
-  if (!file.ok()) return file.status();
-  return load(std::shared_ptr<const GgufFile>(std::move(*file)), options, planned, temp);
+  HEARTH_ASSIGN_OR_RETURN(auto file, GgufFile::open(path));
+  return load(std::shared_ptr<const GgufFile>(std::move(file)), options, planned, temp);
 }
 
 absl::StatusOr<std::unique_ptr<Module>> Module::load(std::shared_ptr<const GgufFile> file,
                                                      const ModuleOptions& options,
                                                      MemoryAllocator* planned,
                                                      MemoryAllocator* temp) {
-  auto weights = ModelWeights::load(std::move(file), options.load);
-  if (!weights.ok()) return weights.status();
-  return load(std::move(*weights), options, planned, temp);
+  HEARTH_ASSIGN_OR_RETURN(auto weights, ModelWeights::load(std::move(file), options.load));
+  return load(std::move(weights), options, planned, temp);
 }
 
 absl::StatusOr<std::unique_ptr<Module>> Module::load(std::shared_ptr<const ModelWeights> weights,

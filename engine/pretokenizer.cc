@@ -5,7 +5,7 @@
 #include <iterator>
 
 #include "absl/status/status.h"
-#include "engine/str_cat.h"
+#include "base/str_cat.h"
 #include "engine/unicode.h"
 
 namespace hearth::engine {

@@ -4,7 +4,7 @@
 #include <cmath>
 #include <limits>
 
-#include "engine/str_cat.h"
+#include "base/str_cat.h"
 
 namespace hearth::engine {
 namespace {

@@ -3,7 +3,8 @@
 #include <algorithm>
 
 #include "absl/status/status.h"
-#include "engine/str_cat.h"
+#include "base/status_macros.h"
+#include "base/str_cat.h"
 
 namespace hearth::engine {
 
@@ -24,7 +25,7 @@ absl::StatusOr<std::unique_ptr<Sequence>> Sequence::start(const Tokenizer& token
                                                           const GenerationRequest& request,
                                                           std::size_t context,
                                                           std::size_t n_vocab) {
-  if (absl::Status s = validate_sampling(request.sampling); !s.ok()) return s;
+  HEARTH_RETURN_IF_ERROR(validate_sampling(request.sampling));
   const std::size_t n_prompt = request.prompt_ids.size();
   if (n_prompt == 0) return absl::InvalidArgumentError("prompt: tokenizes to no tokens");
   for (std::int32_t id : request.prompt_ids)

@@ -5,8 +5,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "base/str_cat.h"
 #include "engine/gguf_writer.h"
-#include "engine/str_cat.h"
 #include "kernels/fp16.h"
 #include "kernels/gguf_blocks.h"
 

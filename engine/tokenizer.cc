@@ -6,7 +6,8 @@
 #include <limits>
 #include <utility>
 
-#include "engine/str_cat.h"
+#include "base/status_macros.h"
+#include "base/str_cat.h"
 
 namespace hearth::engine {
 namespace {
@@ -38,14 +39,13 @@ absl::StatusOr<std::int32_t> read_token_id(const GgufFile& file, std::string_vie
   if (file.find(key) == nullptr) {
     return (fallback >= 0 && static_cast<std::size_t>(fallback) < n_tokens) ? fallback : -1;
   }
-  absl::StatusOr<std::int64_t> v = file.get_int(key);
-  if (!v.ok()) return v.status();
-  if (*v == -1 || *v == 0xFFFFFFFFll) return -1;
-  if (*v < 0 || static_cast<std::uint64_t>(*v) >= n_tokens) {
+  HEARTH_ASSIGN_OR_RETURN(auto v, file.get_int(key));
+  if (v == -1 || v == 0xFFFFFFFFll) return -1;
+  if (v < 0 || static_cast<std::uint64_t>(v) >= n_tokens) {
     return absl::InvalidArgumentError(str_cat(
-        file.name(), ": ", key, " = ", *v, " is outside the vocabulary of ", n_tokens, " tokens"));
+        file.name(), ": ", key, " = ", v, " is outside the vocabulary of ", n_tokens, " tokens"));
   }
-  return static_cast<std::int32_t>(*v);
+  return static_cast<std::int32_t>(v);
 }
 
 absl::StatusOr<bool> read_bool(const GgufFile& file, std::string_view key, bool fallback) {
@@ -57,7 +57,7 @@ absl::StatusOr<bool> read_bool(const GgufFile& file, std::string_view key, bool 
 
 absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf(const GgufFile& file) {
   std::unique_ptr<Tokenizer> t(new Tokenizer());
-  if (absl::Status s = t->load_common(file); !s.ok()) return s;
+  HEARTH_RETURN_IF_ERROR(t->load_common(file));
   absl::Status s = t->kind_ == Kind::kSpm ? t->load_spm(file) : t->load_bpe(file);
   if (!s.ok()) return s;
   t->index_special_tokens();
@@ -68,28 +68,25 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf(const GgufFile& 
 }
 
 absl::Status Tokenizer::load_common(const GgufFile& file) {
-  absl::StatusOr<std::string_view> model = file.get_string(kModelKey);
-  if (!model.ok()) return model.status();
-  if (*model == "llama") {
+  HEARTH_ASSIGN_OR_RETURN(auto model, file.get_string(kModelKey));
+  if (model == "llama") {
     kind_ = Kind::kSpm;
-  } else if (*model == "gpt2") {
+  } else if (model == "gpt2") {
     kind_ = Kind::kBpe;
   } else {
     return absl::UnimplementedError(
-        str_cat(file.name(), ": ", kModelKey, " = '", *model,
+        str_cat(file.name(), ": ", kModelKey, " = '", model,
                 "' is not supported; hearth tokenizes 'llama' (SentencePiece-style) and 'gpt2' "
                 "(byte-level BPE) vocabularies"));
   }
-  model_ = std::string(*model);
+  model_ = std::string(model);
   if (file.find(kPreKey) != nullptr) {
-    absl::StatusOr<std::string_view> pre = file.get_string(kPreKey);
-    if (!pre.ok()) return pre.status();
-    pre_ = std::string(*pre);
+    HEARTH_ASSIGN_OR_RETURN(auto pre, file.get_string(kPreKey));
+    pre_ = std::string(pre);
   }
 
-  absl::StatusOr<std::vector<std::string_view>> tokens = file.get_string_array(kTokensKey);
-  if (!tokens.ok()) return tokens.status();
-  const std::size_t n = tokens->size();
+  HEARTH_ASSIGN_OR_RETURN(auto tokens, file.get_string_array(kTokensKey));
+  const std::size_t n = tokens.size();
   if (n == 0)
     return absl::InvalidArgumentError(str_cat(file.name(), ": ", kTokensKey, " is empty"));
   if (n > static_cast<std::size_t>(std::numeric_limits<std::int32_t>::max())) {
@@ -103,18 +100,16 @@ absl::Status Tokenizer::load_common(const GgufFile& file) {
 
   scores_.assign(n, 0.0f);
   if (file.find(kScoresKey) != nullptr) {
-    absl::StatusOr<std::vector<double>> scores = file.get_float_array(kScoresKey);
-    if (!scores.ok()) return scores.status();
-    if (scores->size() != n) return length_error(kScoresKey, scores->size());
-    for (std::size_t i = 0; i < n; ++i) scores_[i] = static_cast<float>((*scores)[i]);
+    HEARTH_ASSIGN_OR_RETURN(auto scores, file.get_float_array(kScoresKey));
+    if (scores.size() != n) return length_error(kScoresKey, scores.size());
+    for (std::size_t i = 0; i < n; ++i) scores_[i] = static_cast<float>((scores)[i]);
   }
   types_.assign(n, TokenType::kNormal);
   if (file.find(kTypesKey) != nullptr) {
-    absl::StatusOr<std::vector<std::int64_t>> types = file.get_int_array(kTypesKey);
-    if (!types.ok()) return types.status();
-    if (types->size() != n) return length_error(kTypesKey, types->size());
+    HEARTH_ASSIGN_OR_RETURN(auto types, file.get_int_array(kTypesKey));
+    if (types.size() != n) return length_error(kTypesKey, types.size());
     for (std::size_t i = 0; i < n; ++i) {
-      const std::int64_t v = (*types)[i];
+      const std::int64_t v = (types)[i];
       if (v < 1 || v > 6) {
         return absl::InvalidArgumentError(
             str_cat(file.name(), ": ", kTypesKey, "[", i, "] = ", v,
@@ -126,14 +121,14 @@ absl::Status Tokenizer::load_common(const GgufFile& file) {
   }
 
   std::size_t total = 0;
-  for (std::string_view p : *tokens) total += p.size();
+  for (std::string_view p : tokens) total += p.size();
   if (total > std::numeric_limits<std::uint32_t>::max()) {
     return absl::InvalidArgumentError(
         str_cat(file.name(), ": ", kTokensKey, " holds ", total, " bytes of text, too many"));
   }
   pieces_.reserve(total);
   piece_begin_.reserve(n + 1);
-  for (std::string_view p : *tokens) {
+  for (std::string_view p : tokens) {
     piece_begin_.push_back(static_cast<std::uint32_t>(pieces_.size()));
     pieces_.append(p);
   }
@@ -161,14 +156,12 @@ absl::Status Tokenizer::load_common(const GgufFile& file) {
   absl::StatusOr<std::int32_t> unk =
       read_token_id(file, "tokenizer.ggml.unknown_token_id", spm ? 0 : -1, n);
   if (!unk.ok()) return unk.status();
-  absl::StatusOr<std::int32_t> eot = read_token_id(file, "tokenizer.ggml.eot_token_id", -1, n);
-  if (!eot.ok()) return eot.status();
-  absl::StatusOr<std::int32_t> eom = read_token_id(file, "tokenizer.ggml.eom_token_id", -1, n);
-  if (!eom.ok()) return eom.status();
+  HEARTH_ASSIGN_OR_RETURN(auto eot, read_token_id(file, "tokenizer.ggml.eot_token_id", -1, n));
+  HEARTH_ASSIGN_OR_RETURN(auto eom, read_token_id(file, "tokenizer.ggml.eom_token_id", -1, n));
   bos_ = *bos;
   eos_ = *eos;
   unk_ = *unk;
-  for (std::int32_t id : {eos_, *eot, *eom}) {
+  for (std::int32_t id : {eos_, eot, eom}) {
     if (id >= 0) eog_.push_back(id);
   }
   for (std::size_t i = 0; i < n; ++i) {
@@ -187,12 +180,11 @@ absl::Status Tokenizer::load_common(const GgufFile& file) {
 // Reads add_bos/add_eos after the model-specific loader has settled the
 // default (it depends on the pre-tokenizer for "gpt2").
 absl::Status Tokenizer::load_bos_eos_flags(const GgufFile& file, bool add_bos_default) {
-  absl::StatusOr<bool> add_bos = read_bool(file, "tokenizer.ggml.add_bos_token", add_bos_default);
-  if (!add_bos.ok()) return add_bos.status();
-  absl::StatusOr<bool> add_eos = read_bool(file, "tokenizer.ggml.add_eos_token", false);
-  if (!add_eos.ok()) return add_eos.status();
-  add_bos_ = *add_bos;
-  add_eos_ = *add_eos;
+  HEARTH_ASSIGN_OR_RETURN(auto add_bos,
+                          read_bool(file, "tokenizer.ggml.add_bos_token", add_bos_default));
+  HEARTH_ASSIGN_OR_RETURN(auto add_eos, read_bool(file, "tokenizer.ggml.add_eos_token", false));
+  add_bos_ = add_bos;
+  add_eos_ = add_eos;
   if (add_bos_ && bos_ < 0) {
     return absl::InvalidArgumentError(
         str_cat(file.name(), ": BOS is to be added (tokenizer.ggml.add_bos_token or the ", model_,
@@ -287,14 +279,14 @@ absl::StatusOr<std::vector<std::int32_t>> Tokenizer::encode(std::string_view tex
         ++i;
         continue;
       }
-      if (absl::Status s = encode_fragment(i); !s.ok()) return s;
+      HEARTH_RETURN_IF_ERROR(encode_fragment(i));
       out.push_back(hit->id);
       after_special = true;
       i += hit->text.size();
       fragment_begin = i;
     }
   }
-  if (absl::Status s = encode_fragment(text.size()); !s.ok()) return s;
+  HEARTH_RETURN_IF_ERROR(encode_fragment(text.size()));
 
   if (add_eos) {
     if (eos_ < 0)

@@ -4,7 +4,8 @@
 #include <queue>
 #include <vector>
 
-#include "engine/str_cat.h"
+#include "base/status_macros.h"
+#include "base/str_cat.h"
 #include "engine/tokenizer.h"
 #include "engine/unicode.h"
 
@@ -99,12 +100,11 @@ absl::Status Tokenizer::load_bpe(const GgufFile& file) {
   // Merges as token-id pairs. A merge whose halves or result are not tokens
   // can never apply (symbols are always tokens), so it is dropped.
   const std::string_view merges_key = "tokenizer.ggml.merges";
-  absl::StatusOr<std::vector<std::string_view>> merges = file.get_string_array(merges_key);
-  if (!merges.ok()) return merges.status();
-  merges_.reserve(merges->size());
+  HEARTH_ASSIGN_OR_RETURN(auto merges, file.get_string_array(merges_key));
+  merges_.reserve(merges.size());
   std::string joined;
-  for (std::size_t i = 0; i < merges->size(); ++i) {
-    const std::string_view m = (*merges)[i];
+  for (std::size_t i = 0; i < merges.size(); ++i) {
+    const std::string_view m = (merges)[i];
     // The separator is the first space after the first character, so a left
     // half that is itself a space still parses.
     const std::size_t sep = m.empty() ? std::string_view::npos : m.find(' ', 1);

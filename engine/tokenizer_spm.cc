@@ -3,7 +3,8 @@
 #include <queue>
 #include <vector>
 
-#include "engine/str_cat.h"
+#include "base/status_macros.h"
+#include "base/str_cat.h"
 #include "engine/tokenizer.h"
 #include "engine/unicode.h"
 
@@ -54,9 +55,8 @@ struct BigramOrder {
 absl::Status Tokenizer::load_spm(const GgufFile& file) {
   const std::string_view prefix_key = "tokenizer.ggml.add_space_prefix";
   if (file.find(prefix_key) != nullptr) {
-    absl::StatusOr<bool> v = file.get_bool(prefix_key);
-    if (!v.ok()) return v.status();
-    add_space_prefix_ = *v;
+    HEARTH_ASSIGN_OR_RETURN(auto v, file.get_bool(prefix_key));
+    add_space_prefix_ = v;
   } else {
     add_space_prefix_ = true;
   }

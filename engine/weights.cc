@@ -4,8 +4,9 @@
 #include <map>
 
 #include "absl/status/status.h"
+#include "base/status_macros.h"
+#include "base/str_cat.h"
 #include "engine/kquants.h"
-#include "engine/str_cat.h"
 #include "kernels/fp16.h"
 #include "kernels/gguf_blocks.h"
 
@@ -102,9 +103,8 @@ struct Loader {
 
   absl::StatusOr<Linear> linear(const std::string& name, std::size_t n_in, std::size_t n_out,
                                 bool keep_pages = false) {
-    auto t = find(f, name);
-    if (!t.ok()) return t.status();
-    const GgufTensorInfo& ti = **t;
+    HEARTH_ASSIGN_OR_RETURN(auto t, find(f, name));
+    const GgufTensorInfo& ti = *t;
     if (auto s = check_shape(f, ti, n_in, n_out); !s.ok()) return s;
     absl::StatusOr<Linear> l = absl::InternalError("unset");
     const bool is_float =
@@ -113,13 +113,12 @@ struct Loader {
     const bool converted =
         is_float && options.convert != LoadOptions::Convert::kNone && n_in % 32 == 0;
     if (converted) {
-      auto x = to_float(f, ti);
-      if (!x.ok()) return x.status();
+      HEARTH_ASSIGN_OR_RETURN(auto x, to_float(f, ti));
       if (options.convert == LoadOptions::Convert::kQ8_0) {
-        l = Linear::from_q8_0(to_q8_0(*x).data(), n_out, n_in);
+        l = Linear::from_q8_0(to_q8_0(x).data(), n_out, n_in);
       } else {
-        std::vector<kernels::BlockQ4_0> q(x->size() / 32);
-        kernels::quantize_row_q4_0(x->data(), q.data(), x->size());
+        std::vector<kernels::BlockQ4_0> q(x.size() / 32);
+        kernels::quantize_row_q4_0(x.data(), q.data(), x.size());
         l = Linear::from_q4_0(q.data(), n_out, n_in);
       }
     } else {
@@ -137,18 +136,16 @@ struct Loader {
           l = Linear::from_q4_0(reinterpret_cast<const kernels::BlockQ4_0*>(ti.data), n_out, n_in);
           break;
         case GgmlType::kBF16: {
-          auto x = to_float(f, ti);
-          if (!x.ok()) return x.status();
-          l = Linear::from_f32(x->data(), n_out, n_in);
+          HEARTH_ASSIGN_OR_RETURN(auto x, to_float(f, ti));
+          l = Linear::from_f32(x.data(), n_out, n_in);
           break;
         }
         case GgmlType::kQ4_K:
         case GgmlType::kQ5_K:
         case GgmlType::kQ6_K: {
-          auto x = to_float(f, ti);
-          if (!x.ok()) return x.status();
-          l = options.kquants_as_f32 ? Linear::from_f32(x->data(), n_out, n_in)
-                                     : Linear::from_q8_0(to_q8_0(*x).data(), n_out, n_in);
+          HEARTH_ASSIGN_OR_RETURN(auto x, to_float(f, ti));
+          l = options.kquants_as_f32 ? Linear::from_f32(x.data(), n_out, n_in)
+                                     : Linear::from_q8_0(to_q8_0(x).data(), n_out, n_in);
           break;
         }
         default:
@@ -182,10 +179,9 @@ struct Loader {
 
 absl::StatusOr<std::shared_ptr<const ModelWeights>> ModelWeights::load(
     std::shared_ptr<const GgufFile> file, const LoadOptions& options) {
-  auto config = read_model_config(*file);
-  if (!config.ok()) return config.status();
+  HEARTH_ASSIGN_OR_RETURN(auto config, read_model_config(*file));
   std::shared_ptr<ModelWeights> w(new ModelWeights());
-  w->config_ = *config;
+  w->config_ = config;
   w->file_ = file;
   const ModelConfig& c = w->config_;
   const GgufFile& f = *file;
@@ -215,14 +211,12 @@ absl::StatusOr<std::shared_ptr<const ModelWeights>> ModelWeights::load(
                                       std::move(*wg), std::move(*wu), std::move(*wd),
                                       std::move(*bq), std::move(*bk), std::move(*bv)});
   }
-  auto norm = ld.vector("output_norm.weight", c.n_embd);
-  if (!norm.ok()) return norm.status();
-  w->output_norm_ = std::move(*norm);
+  HEARTH_ASSIGN_OR_RETURN(auto norm, ld.vector("output_norm.weight", c.n_embd));
+  w->output_norm_ = std::move(norm);
 
   // The embedding table, read in place when its type is native.
-  auto emb = find(f, "token_embd.weight");
-  if (!emb.ok()) return emb.status();
-  const GgufTensorInfo& et = **emb;
+  HEARTH_ASSIGN_OR_RETURN(auto emb, find(f, "token_embd.weight"));
+  const GgufTensorInfo& et = *emb;
   if (auto s = check_shape(f, et, c.n_embd, c.n_vocab); !s.ok()) return s;
   switch (et.type) {
     case GgmlType::kF32:
@@ -241,11 +235,10 @@ absl::StatusOr<std::shared_ptr<const ModelWeights>> ModelWeights::load(
       w->embedding_type_ = kernels::DType::kQ4_0;
       break;
     default: {
-      auto x = to_float(f, et);
-      if (!x.ok()) return x.status();
+      HEARTH_ASSIGN_OR_RETURN(auto x, to_float(f, et));
       if (c.n_embd % 32 != 0)
         return bad_tensor(f, et, "K-quant embedding rows must be a multiple of 32");
-      const auto q = to_q8_0(*x);
+      const auto q = to_q8_0(x);
       w->embedding_converted_.resize(q.size() * sizeof(kernels::BlockQ8_0));
       std::memcpy(w->embedding_converted_.data(), q.data(), w->embedding_converted_.size());
       w->embedding_type_ = kernels::DType::kQ8_0;
@@ -263,9 +256,8 @@ absl::StatusOr<std::shared_ptr<const ModelWeights>> ModelWeights::load(
   w->output_.emplace(std::move(*out));
 
   if (c.has_rope_freq_factors) {
-    auto rf = ld.vector("rope_freqs.weight", c.rope_dim / 2);
-    if (!rf.ok()) return rf.status();
-    w->rope_freqs_ = std::move(*rf);
+    HEARTH_ASSIGN_OR_RETURN(auto rf, ld.vector("rope_freqs.weight", c.rope_dim / 2));
+    w->rope_freqs_ = std::move(rf);
   }
   w->packed_bytes_ = ld.packed_bytes;
   int best = 0;

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "kernels/cpu_features.h"
 #include "kernels/sdpa_impl.h"
 
@@ -57,7 +58,7 @@ const internal::KvCacheKernels& kv_cache_kernels() {
 
 absl::Status check_append(const KvLayout& layout, std::size_t pos, const float* k_new,
                           const float* v_new, std::size_t n_tokens, bool null_cache) {
-  if (absl::Status s = validate_kv_layout(layout); !s.ok()) return s;
+  HEARTH_RETURN_IF_ERROR(validate_kv_layout(layout));
   if (null_cache) return absl::InvalidArgumentError("kv_append: the KV view has a null array");
   if (n_tokens > 0 && (k_new == nullptr || v_new == nullptr))
     return absl::InvalidArgumentError(
@@ -175,7 +176,7 @@ absl::Status kv_append(const QuantizedKvView& kv, std::size_t pos, const float* 
   const KvLayout& l = kv.layout;
   const bool null_cache = kv.k == nullptr || kv.v == nullptr || kv.k_scale == nullptr ||
                           kv.v_scale == nullptr || kv.k_zero == nullptr || kv.v_zero == nullptr;
-  if (absl::Status s = check_append(l, pos, k_new, v_new, n_tokens, null_cache); !s.ok()) return s;
+  HEARTH_RETURN_IF_ERROR(check_append(l, pos, k_new, v_new, n_tokens, null_cache));
   const auto quantize = kv_cache_kernels().quantize_row;
   const std::size_t stride = l.n_kv_heads * l.head_dim;
   for (std::size_t t = 0; t < n_tokens; ++t) {
@@ -197,7 +198,7 @@ absl::Status kv_append(const FloatKvView& kv, std::size_t pos, const float* k_ne
                        const float* v_new, std::size_t n_tokens) {
   const KvLayout& l = kv.layout;
   const bool null_cache = kv.k == nullptr || kv.v == nullptr;
-  if (absl::Status s = check_append(l, pos, k_new, v_new, n_tokens, null_cache); !s.ok()) return s;
+  HEARTH_RETURN_IF_ERROR(check_append(l, pos, k_new, v_new, n_tokens, null_cache));
   const std::size_t stride = l.n_kv_heads * l.head_dim;
   const std::size_t row_bytes = l.head_dim * sizeof(float);
   for (std::size_t t = 0; t < n_tokens; ++t) {

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "kernels/cpu_features.h"
 #include "kernels/fp16.h"
 #include "kernels/linear_impl.h"
@@ -95,60 +96,58 @@ absl::StatusOr<Linear> Linear::allocate_packed(Format format, std::size_t n_out,
 }
 
 absl::StatusOr<Linear> Linear::from_q8_0(const BlockQ8_0* w, std::size_t n_out, std::size_t n_in) {
-  if (absl::Status s = check_shape(n_out, n_in, true); !s.ok()) return s;
+  HEARTH_RETURN_IF_ERROR(check_shape(n_out, n_in, true));
   if (w == nullptr) return absl::InvalidArgumentError("Linear::from_q8_0: w is null");
-  absl::StatusOr<Linear> l = allocate_packed(Format::kQ8_0, n_out, n_in);
-  if (!l.ok()) return l.status();
+  HEARTH_ASSIGN_OR_RETURN(auto l, allocate_packed(Format::kQ8_0, n_out, n_in));
   const std::size_t blocks = n_in / kQuantGroup;
   for (std::size_t row = 0; row < n_out; ++row) {
     const std::size_t r = row % kGroupRows;
-    std::uint8_t* group = l->packed_.get() + row / kGroupRows * l->group_stride_;
+    std::uint8_t* group = l.packed_.get() + row / kGroupRows * l.group_stride_;
     for (std::size_t b = 0; b < blocks; ++b) {
       const BlockQ8_0& src = w[row * blocks + b];
       std::uint8_t* dst = group + b * kQ8BlockBytes + r * 4;
       for (std::size_t s = 0; s < 8; ++s)
         for (std::size_t j = 0; j < 4; ++j)
           dst[s * 64 + j] = static_cast<std::uint8_t>(src.qs[4 * s + j]) ^ 0x80;  // w + 128
-      std::memcpy(group + l->scales_offset_ + b * kScaleBytes + 2 * r, &src.d, 2);
+      std::memcpy(group + l.scales_offset_ + b * kScaleBytes + 2 * r, &src.d, 2);
     }
   }
   return l;
 }
 
 absl::StatusOr<Linear> Linear::from_q4_0(const BlockQ4_0* w, std::size_t n_out, std::size_t n_in) {
-  if (absl::Status s = check_shape(n_out, n_in, true); !s.ok()) return s;
+  HEARTH_RETURN_IF_ERROR(check_shape(n_out, n_in, true));
   if (w == nullptr) return absl::InvalidArgumentError("Linear::from_q4_0: w is null");
-  absl::StatusOr<Linear> l = allocate_packed(Format::kQ4_0, n_out, n_in);
-  if (!l.ok()) return l.status();
+  HEARTH_ASSIGN_OR_RETURN(auto l, allocate_packed(Format::kQ4_0, n_out, n_in));
   const std::size_t blocks = n_in / kQuantGroup;
   for (std::size_t row = 0; row < n_out; ++row) {
     const std::size_t r = row % kGroupRows;
-    std::uint8_t* group = l->packed_.get() + row / kGroupRows * l->group_stride_;
+    std::uint8_t* group = l.packed_.get() + row / kGroupRows * l.group_stride_;
     for (std::size_t b = 0; b < blocks; ++b) {
       const BlockQ4_0& src = w[row * blocks + b];
       std::uint8_t* dst = group + b * kQ4BlockBytes + r * 4;
       for (std::size_t c = 0; c < 4; ++c) std::memcpy(dst + c * 64, src.qs + 4 * c, 4);
-      std::memcpy(group + l->scales_offset_ + b * kScaleBytes + 2 * r, &src.d, 2);
+      std::memcpy(group + l.scales_offset_ + b * kScaleBytes + 2 * r, &src.d, 2);
     }
   }
   return l;
 }
 
 absl::StatusOr<Linear> Linear::from_f32(const float* w, std::size_t n_out, std::size_t n_in) {
-  if (absl::Status s = check_shape(n_out, n_in, false); !s.ok()) return s;
+  HEARTH_RETURN_IF_ERROR(check_shape(n_out, n_in, false));
   if (w == nullptr) return absl::InvalidArgumentError("Linear::from_f32: w is null");
   Linear l;
   l.format_ = Format::kF32;
   l.n_in_ = n_in;
   l.n_out_ = n_out;
   l.xnn_ = std::make_unique<internal::XnnpackFullyConnected>();
-  if (absl::Status s = internal::xnnpack_create(w, n_out, n_in, *l.xnn_); !s.ok()) return s;
+  HEARTH_RETURN_IF_ERROR(internal::xnnpack_create(w, n_out, n_in, *l.xnn_));
   return l;
 }
 
 absl::StatusOr<Linear> Linear::from_f16(const std::uint16_t* w, std::size_t n_out,
                                         std::size_t n_in) {
-  if (absl::Status s = check_shape(n_out, n_in, false); !s.ok()) return s;
+  HEARTH_RETURN_IF_ERROR(check_shape(n_out, n_in, false));
   if (w == nullptr) return absl::InvalidArgumentError("Linear::from_f16: w is null");
   std::vector<float> f(n_out * n_in);
   for (std::size_t i = 0; i < f.size(); ++i) f[i] = fp16_to_f32(w[i]);
@@ -168,7 +167,7 @@ absl::Status Linear::forward(const float* x, std::size_t m, float* y, MemoryAllo
     return internal::xnnpack_run(*xnn_, x, m, y, parallel ? pool->handle() : nullptr);
   }
   internal::QuantizedActivations a{};
-  if (absl::Status s = quantize_input(x, m, scratch, pool, aq, a); !s.ok()) return s;
+  HEARTH_RETURN_IF_ERROR(quantize_input(x, m, scratch, pool, aq, a));
   run_quantized(a, y, pool);
   return absl::OkStatus();
 }
@@ -194,12 +193,12 @@ absl::Status Linear::forward_same_input(std::span<const Linear* const> layers, c
   }
   if (!shared) {  // float or mixed formats: nothing to share
     for (std::size_t i = 0; i < layers.size(); ++i)
-      if (absl::Status s = layers[i]->forward(x, m, ys[i], scratch, pool, aq); !s.ok()) return s;
+      HEARTH_RETURN_IF_ERROR(layers[i]->forward(x, m, ys[i], scratch, pool, aq));
     return absl::OkStatus();
   }
 
   internal::QuantizedActivations a{};
-  if (absl::Status s = first.quantize_input(x, m, scratch, pool, aq, a); !s.ok()) return s;
+  HEARTH_RETURN_IF_ERROR(first.quantize_input(x, m, scratch, pool, aq, a));
   const std::size_t units = m == 1 ? split_gemv_units(layers, pool) : 0;
   if (units == 0) {
     for (std::size_t i = 0; i < layers.size(); ++i) layers[i]->run_quantized(a, ys[i], pool);

@@ -5,6 +5,7 @@
 #include <limits>
 
 #include "absl/strings/str_cat.h"
+#include "base/status_macros.h"
 #include "kernels/cpu_features.h"
 #include "kernels/sdpa_impl.h"
 
@@ -424,9 +425,7 @@ absl::Status sdpa(const float* q, std::size_t n_tokens, std::size_t start_pos, s
                   ThreadPool* pool) {
   const bool null_cache = kv.k == nullptr || kv.v == nullptr || kv.k_scale == nullptr ||
                           kv.v_scale == nullptr || kv.k_zero == nullptr || kv.v_zero == nullptr;
-  if (absl::Status s = validate(q, n_tokens, start_pos, n_heads, kv, null_cache, scale, out);
-      !s.ok())
-    return s;
+  HEARTH_RETURN_IF_ERROR(validate(q, n_tokens, start_pos, n_heads, kv, null_cache, scale, out));
   const KvArrays<std::int8_t> arrays{kv.k,      kv.v,      kv.k_scale, kv.v_scale,
                                      kv.k_zero, kv.v_zero, kv.layout};
   return run(q, n_tokens, start_pos, n_heads, arrays, scale, out, scratch, pool);
@@ -436,9 +435,7 @@ absl::Status sdpa(const float* q, std::size_t n_tokens, std::size_t start_pos, s
                   const FloatKvView& kv, float scale, float* out, MemoryAllocator& scratch,
                   ThreadPool* pool) {
   const bool null_cache = kv.k == nullptr || kv.v == nullptr;
-  if (absl::Status s = validate(q, n_tokens, start_pos, n_heads, kv, null_cache, scale, out);
-      !s.ok())
-    return s;
+  HEARTH_RETURN_IF_ERROR(validate(q, n_tokens, start_pos, n_heads, kv, null_cache, scale, out));
   const KvArrays<float> arrays{kv.k, kv.v, nullptr, nullptr, nullptr, nullptr, kv.layout};
   return run(q, n_tokens, start_pos, n_heads, arrays, scale, out, scratch, pool);
 }

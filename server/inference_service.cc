@@ -5,8 +5,8 @@
 #include <functional>
 #include <optional>
 
+#include "base/str_cat.h"
 #include "engine/generation.h"
-#include "engine/str_cat.h"
 #include "server/request_validation.h"
 
 namespace hearth::server {

@@ -15,13 +15,13 @@
 #include <sstream>
 #include <string>
 
-#include "engine/str_cat.h"
+#include "base/cli_flags.h"
+#include "base/str_cat.h"
 #include "kernels/thread_pool.h"
 #include "server/metrics.h"
 #include "server/server.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
-#include "tools/cli_flags.h"
 
 namespace {
 
@@ -75,29 +75,29 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
 
   spdlog::set_default_logger(spdlog::stderr_color_mt("hearth"));
-  tools::Flags flags("hearth-server",
-                     {"model",
-                      "config",
-                      "instances",
-                      "queue",
-                      "context",
-                      "kv-cache",
-                      "step-tokens",
-                      "listen",
-                      "metrics-listen",
-                      "max-message-bytes",
-                      "keepalive-time-s",
-                      "keepalive-timeout-s",
-                      "max-connection-age-s",
-                      "tls-cert",
-                      "tls-key",
-                      "auth-token",
-                      "auth-token-file",
-                      "worker-threads",
-                      "kernel-threads",
-                      "max-tokens-limit",
-                      "grace-period-s"},
-                     {"help", "keep-going"});
+  hearth::Flags flags("hearth-server",
+                      {"model",
+                       "config",
+                       "instances",
+                       "queue",
+                       "context",
+                       "kv-cache",
+                       "step-tokens",
+                       "listen",
+                       "metrics-listen",
+                       "max-message-bytes",
+                       "keepalive-time-s",
+                       "keepalive-timeout-s",
+                       "max-connection-age-s",
+                       "tls-cert",
+                       "tls-key",
+                       "auth-token",
+                       "auth-token-file",
+                       "worker-threads",
+                       "kernel-threads",
+                       "max-tokens-limit",
+                       "grace-period-s"},
+                      {"help", "keep-going"});
   if (!flags.parse(argc, argv)) return usage_error(flags.error());
   if (flags.get_bool("help").value_or(false)) {
     std::fputs(kUsage, stdout);

@@ -14,7 +14,8 @@
 #include <utility>
 #include <vector>
 
-#include "engine/str_cat.h"
+#include "base/status_macros.h"
+#include "base/str_cat.h"
 #include "memory/thread_temp_allocator.h"
 #include "prometheus/collectable.h"
 #include "prometheus/counter.h"
@@ -490,7 +491,7 @@ absl::Status MetricsExporter::check_address(const std::string& address) {
 
 absl::StatusOr<std::unique_ptr<MetricsExporter>> MetricsExporter::start(
     const std::string& address) {
-  if (absl::Status s = check_address(address); !s.ok()) return s;
+  HEARTH_RETURN_IF_ERROR(check_address(address));
   std::unique_ptr<MetricsExporter> m;
   try {
     m.reset(new MetricsExporter());

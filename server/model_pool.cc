@@ -2,8 +2,8 @@
 
 #include <algorithm>
 
+#include "base/str_cat.h"
 #include "engine/gguf.h"
-#include "engine/str_cat.h"
 #include "engine/synthetic_model.h"
 #include "memory/thread_temp_allocator.h"
 

@@ -1,6 +1,6 @@
 #include "server/model_registry.h"
 
-#include "engine/str_cat.h"
+#include "base/str_cat.h"
 #include "spdlog/spdlog.h"
 
 namespace hearth::server {

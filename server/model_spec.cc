@@ -3,7 +3,7 @@
 #include <charconv>
 #include <set>
 
-#include "engine/str_cat.h"
+#include "base/str_cat.h"
 
 namespace hearth::server {
 namespace {

@@ -2,8 +2,9 @@
 
 #include <optional>
 
+#include "base/status_macros.h"
+#include "base/str_cat.h"
 #include "engine/sequence.h"
-#include "engine/str_cat.h"
 #include "memory/thread_temp_allocator.h"
 
 namespace hearth::server {
@@ -86,12 +87,10 @@ absl::StatusOr<GenerateOutcome> RequestPath::generate(const GenerateCall& call, 
                                                       const CallContext& context,
                                                       RequestRecord& record) {
   record.method = call.method;
-  absl::StatusOr<ModelPool*> found = registry_.find(call.model);
-  if (!found.ok()) return found.status();
-  ModelPool& pool = **found;
+  HEARTH_ASSIGN_OR_RETURN(auto found, registry_.find(call.model));
+  ModelPool& pool = *found;
   record.model = pool.spec().name;
-  if (absl::Status s = check_generation_request(call.request, options_.max_tokens_limit); !s.ok())
-    return s;
+  HEARTH_RETURN_IF_ERROR(check_generation_request(call.request, options_.max_tokens_limit));
   const std::size_t vocab = pool.tokenizer().vocab_size();
   const std::int32_t top_k = call.request.sampling.top_k;
   if (top_k < 0 || static_cast<std::size_t>(top_k) > vocab)

@@ -3,7 +3,7 @@
 #include <climits>
 #include <map>
 
-#include "engine/str_cat.h"
+#include "base/str_cat.h"
 #include "engine/unicode.h"
 
 namespace hearth::server {

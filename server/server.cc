@@ -3,7 +3,8 @@
 #include <fstream>
 #include <sstream>
 
-#include "engine/str_cat.h"
+#include "base/status_macros.h"
+#include "base/str_cat.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/health_check_service_interface.h"
@@ -50,12 +51,10 @@ absl::StatusOr<int> HearthServer::start() {
   if (!options_.tls_cert_file.empty() || !options_.tls_key_file.empty()) {
     if (options_.tls_cert_file.empty() || options_.tls_key_file.empty())
       return absl::InvalidArgumentError("--tls-cert and --tls-key must be given together");
-    absl::StatusOr<std::string> cert = read_file(options_.tls_cert_file, "--tls-cert");
-    if (!cert.ok()) return cert.status();
-    absl::StatusOr<std::string> key = read_file(options_.tls_key_file, "--tls-key");
-    if (!key.ok()) return key.status();
+    HEARTH_ASSIGN_OR_RETURN(auto cert, read_file(options_.tls_cert_file, "--tls-cert"));
+    HEARTH_ASSIGN_OR_RETURN(auto key, read_file(options_.tls_key_file, "--tls-key"));
     grpc::SslServerCredentialsOptions ssl;
-    ssl.pem_key_cert_pairs.push_back({*key, *cert});
+    ssl.pem_key_cert_pairs.push_back({key, cert});
     creds = grpc::SslServerCredentials(ssl);
   }
   int port = 0;

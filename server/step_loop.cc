@@ -2,7 +2,8 @@
 
 #include <algorithm>
 
-#include "engine/str_cat.h"
+#include "base/status_macros.h"
+#include "base/str_cat.h"
 #include "memory/thread_temp_allocator.h"
 
 namespace hearth::server {
@@ -55,9 +56,8 @@ absl::StatusOr<std::unique_ptr<StepLoop>> StepLoop::start(
   batch.max_sequences = options.max_sequences;
   batch.max_tokens = options.step_tokens + options.max_sequences;
   batch.pool = pool;
-  auto forward = engine::BatchedForward::create(std::move(weights), batch);
-  if (!forward.ok()) return forward.status();
-  loop->forward_ = std::move(*forward);
+  HEARTH_ASSIGN_OR_RETURN(auto forward, engine::BatchedForward::create(std::move(weights), batch));
+  loop->forward_ = std::move(forward);
   loop->inbox_.reserve(options.max_sequences);
   loop->active_.reserve(options.max_sequences);
   loop->inputs_.reserve(options.max_sequences);

@@ -19,15 +19,15 @@
 #include <string>
 #include <vector>
 
+#include "base/cli_flags.h"
 #include "hearth/v1/inference.grpc.pb.h"
-#include "tools/cli_flags.h"
 #include "tools/client/bench.h"
 #include "tools/client/connection.h"
 
 namespace {
 
+using hearth::Flags;
 using hearth::client::ConnectionOptions;
-using hearth::tools::Flags;
 namespace v1 = hearth::v1;
 using Clock = std::chrono::steady_clock;
 
@@ -296,8 +296,8 @@ int cmd_generate(int argc, char** argv) {
       }
       text += piece.text();
       if (json) {
-        std::printf("{\"text\":%s,\"token_id\":%d}\n",
-                    hearth::tools::json_string(piece.text()).c_str(), piece.token_id());
+        std::printf("{\"text\":%s,\"token_id\":%d}\n", hearth::json_string(piece.text()).c_str(),
+                    piece.token_id());
       } else {
         std::fwrite(piece.text().data(), 1, piece.text().size(), stdout);
       }
@@ -335,8 +335,8 @@ int cmd_generate(int argc, char** argv) {
         "\"decode_tokens_per_s\":%.2f,\"total_s\":%.6f},\"client\":{\"time_to_first_token_s\":%.6f,"
         "\"decode_tokens_per_s\":%.2f,\"total_s\":%.6f}}\n",
         finish_reason_name(done->finish_reason()), done->usage().prompt_tokens(),
-        done->usage().generated_tokens(), id_list.c_str(), hearth::tools::json_string(text).c_str(),
-        hearth::tools::json_string(model).c_str(), done->instance(), t.queue_s(),
+        done->usage().generated_tokens(), id_list.c_str(), hearth::json_string(text).c_str(),
+        hearth::json_string(model).c_str(), done->instance(), t.queue_s(),
         t.time_to_first_token_s(), t.prefill_tokens_per_s(), t.decode_tokens_per_s(), t.total_s(),
         client_ttft, client_decode, total_s);
   } else {
@@ -381,7 +381,7 @@ int cmd_models(int argc, char** argv) {
   const grpc::Status status = list_models(client, &response);
   if (!status.ok()) return rpc_failure("ListModels", status);
 
-  using hearth::tools::json_string;
+  using hearth::json_string;
   if (flags.get_bool("json").value_or(false)) {
     std::string out = "{\"models\":[";
     for (int i = 0; i < response.models_size(); ++i) {

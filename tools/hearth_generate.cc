@@ -10,12 +10,12 @@
 #include <cstdlib>
 #include <string>
 
+#include "base/cli_flags.h"
+#include "base/str_cat.h"
 #include "engine/generation.h"
+#include "kernels/thread_pool.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
-#include "engine/str_cat.h"
-#include "kernels/thread_pool.h"
-#include "tools/cli_flags.h"
 
 namespace {
 
@@ -50,11 +50,11 @@ int main(int argc, char** argv) {
   using namespace hearth;
   // stdout carries the completion (or JSON); logs go to stderr.
   spdlog::set_default_logger(spdlog::stderr_color_mt("hearth"));
-  tools::Flags flags("hearth-generate",
-                     {"model", "prompt", "max-tokens", "temperature", "top-k", "top-p", "min-p",
-                      "repeat-penalty", "presence-penalty", "frequency-penalty", "penalty-last-n",
-                      "seed", "stop", "context", "kv-cache", "convert", "threads"},
-                     {"json", "bos", "parse-special", "ignore-eos", "help"});
+  hearth::Flags flags("hearth-generate",
+                      {"model", "prompt", "max-tokens", "temperature", "top-k", "top-p", "min-p",
+                       "repeat-penalty", "presence-penalty", "frequency-penalty", "penalty-last-n",
+                       "seed", "stop", "context", "kv-cache", "convert", "threads"},
+                      {"json", "bos", "parse-special", "ignore-eos", "help"});
   if (!flags.parse(argc, argv)) return fail(flags.error());
   if (flags.get_bool("help").value_or(false)) {
     std::fputs(kUsage, stdout);
@@ -132,7 +132,7 @@ int main(int argc, char** argv) {
 
   auto on_token = [&](std::string_view text, std::int32_t token) {
     if (json) {
-      std::printf("{\"text\":%s,\"token\":%d}\n", tools::json_string(std::string(text)).c_str(),
+      std::printf("{\"text\":%s,\"token\":%d}\n", hearth::json_string(std::string(text)).c_str(),
                   token);
     } else {
       std::fwrite(text.data(), 1, text.size(), stdout);
@@ -159,7 +159,7 @@ int main(int argc, char** argv) {
         "allocator_hits\":%llu,"
         "\"temp_allocator_misses\":%llu,\"temp_allocator_peak_bytes\":%llu}}\n",
         ids(result->prompt_ids).c_str(), ids(result->generated_ids).c_str(),
-        engine::finish_reason_name(result->finish), tools::json_string(result->text).c_str(),
+        engine::finish_reason_name(result->finish), hearth::json_string(result->text).c_str(),
         s.prompt_tokens, s.generated_tokens, s.time_to_first_token_s, s.prefill_tokens_per_s(),
         s.decode_tokens_per_s(), s.total_s, static_cast<unsigned long long>(s.temp_lookups),
         static_cast<unsigned long long>(s.temp_hits),

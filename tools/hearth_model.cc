@@ -14,14 +14,15 @@
 #include <string>
 #include <vector>
 
+#include "base/cli_flags.h"
+#include "base/status_macros.h"
+#include "base/str_cat.h"
 #include "engine/gguf_writer.h"
 #include "engine/kquants.h"
-#include "engine/str_cat.h"
 #include "engine/synthetic_model.h"
 #include "engine/tokenizer.h"
 #include "kernels/fp16.h"
 #include "kernels/gguf_blocks.h"
-#include "tools/cli_flags.h"
 
 namespace {
 
@@ -51,7 +52,7 @@ int fail(const std::string& m) {
 std::string describe(const engine::GgufValue& v) {
   switch (v.type) {
     case GgufValueType::kString:
-      return tools::json_string(std::string(v.str.substr(0, 200)));
+      return hearth::json_string(std::string(v.str.substr(0, 200)));
     case GgufValueType::kBool:
       return v.scalar.b ? "true" : "false";
     case GgufValueType::kFloat32:
@@ -71,13 +72,12 @@ std::string describe(const engine::GgufValue& v) {
 }
 
 absl::StatusOr<std::shared_ptr<const engine::GgufFile>> open(const std::string& path) {
-  auto f = engine::GgufFile::open(path);
-  if (!f.ok()) return f.status();
-  return std::shared_ptr<const engine::GgufFile>(std::move(*f));
+  HEARTH_ASSIGN_OR_RETURN(auto f, engine::GgufFile::open(path));
+  return std::shared_ptr<const engine::GgufFile>(std::move(f));
 }
 
 int inspect(int argc, char** argv) {
-  tools::Flags flags("hearth-model inspect", {}, {});
+  hearth::Flags flags("hearth-model inspect", {}, {});
   if (!flags.parse(argc, argv, 2)) return fail(flags.error());
   if (flags.positional().size() != 1) return fail("hearth-model inspect: expected one FILE");
   auto f = open(flags.positional()[0]);
@@ -110,7 +110,7 @@ int inspect(int argc, char** argv) {
 }
 
 int tokenize(int argc, char** argv) {
-  tools::Flags flags("hearth-model tokenize", {}, {"bos", "parse-special"});
+  hearth::Flags flags("hearth-model tokenize", {}, {"bos", "parse-special"});
   if (!flags.parse(argc, argv, 2)) return fail(flags.error());
   if (flags.positional().size() != 1)
     return fail("hearth-model tokenize: expected one FILE (text comes on stdin)");
@@ -151,7 +151,7 @@ std::optional<std::vector<float>> float_data(const engine::GgufTensorInfo& t) {
 }
 
 int quantize(int argc, char** argv) {
-  tools::Flags flags("hearth-model quantize", {"type"}, {});
+  hearth::Flags flags("hearth-model quantize", {"type"}, {});
   if (!flags.parse(argc, argv, 2)) return fail(flags.error());
   if (flags.positional().size() != 2)
     return fail("hearth-model quantize: expected IN and OUT files");
@@ -206,7 +206,7 @@ int quantize(int argc, char** argv) {
 }
 
 int synth(int argc, char** argv) {
-  tools::Flags flags(
+  hearth::Flags flags(
       "hearth-model synth",
       {"dim", "layers", "heads", "kv-heads", "ffn", "vocab", "context", "type", "seed", "name"},
       {});

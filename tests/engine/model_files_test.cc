@@ -14,10 +14,10 @@
 #include <map>
 #include <random>
 
+#include "base/str_cat.h"
 #include "engine/generation.h"
 #include "engine/gguf_writer.h"
 #include "engine/module.h"
-#include "engine/str_cat.h"
 #include "engine/synthetic_model.h"
 #include "engine/tokenizer.h"
 #include "kernels/fp16.h"

@@ -10,8 +10,8 @@
 #include <mutex>
 #include <thread>
 
+#include "base/cli_flags.h"
 #include "hearth/v1/inference.grpc.pb.h"
-#include "tools/cli_flags.h"
 
 namespace hearth::client {
 
@@ -91,7 +91,7 @@ std::string counts_json(const std::map<std::string, std::size_t>& m) {
   std::string out = "{";
   for (const auto& [code, n] : m) {
     if (out.size() > 1) out += ",";
-    out += tools::json_string(code) + ":" + std::to_string(n);
+    out += hearth::json_string(code) + ":" + std::to_string(n);
   }
   return out + "}";
 }
@@ -203,7 +203,7 @@ std::string summary_json(const BenchSummary& s) {
   std::string examples = "{";
   for (const auto& [code, message] : s.error_examples) {
     if (examples.size() > 1) examples += ",";
-    examples += tools::json_string(code) + ":" + tools::json_string(message);
+    examples += hearth::json_string(code) + ":" + hearth::json_string(message);
   }
   examples += "}";
   return "{\"requests\":" + std::to_string(s.requests) +

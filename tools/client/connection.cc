@@ -14,11 +14,12 @@
 #include <iterator>
 #include <vector>
 
-#include "tools/cli_flags.h"
+#include "base/cli_flags.h"
+#include "base/status_macros.h"
 
 namespace hearth::client {
 
-absl::StatusOr<ConnectionOptions> connection_options_from_flags(tools::Flags& flags,
+absl::StatusOr<ConnectionOptions> connection_options_from_flags(hearth::Flags& flags,
                                                                 double default_timeout_s) {
   ConnectionOptions o;
   o.server = flags.get("server", o.server);
@@ -206,9 +207,8 @@ absl::StatusOr<HealthStatus> check_health(const std::shared_ptr<grpc::Channel>& 
   std::string bytes;
   for (const grpc::Slice& s : slices)
     bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
-  auto value = parse_health_response(bytes);
-  if (!value.ok()) return value.status();
-  switch (*value) {
+  HEARTH_ASSIGN_OR_RETURN(auto value, parse_health_response(bytes));
+  switch (value) {
     case 1:
       return HealthStatus::kServing;
     case 2:

@@ -19,7 +19,7 @@ class ClientContext;
 class Status;
 }  // namespace grpc
 
-namespace hearth::tools {
+namespace hearth {
 class Flags;
 }
 
@@ -55,7 +55,7 @@ inline constexpr const char* kConnectionUsage =
 // Reads the connection flags (and HEARTH_AUTH_TOKEN when --auth-token is not
 // given). `default_timeout_s` applies when --timeout-s is absent. Errors are
 // InvalidArgument with a message naming the flag.
-absl::StatusOr<ConnectionOptions> connection_options_from_flags(tools::Flags& flags,
+absl::StatusOr<ConnectionOptions> connection_options_from_flags(hearth::Flags& flags,
                                                                 double default_timeout_s);
 
 // A channel to `options.server`. Fails only on local problems (an unreadable

@@ -1,6 +1,7 @@
-// Minimal command-line flag parsing for hearth's tools: --name value and
-// --name=value, boolean --flag / --no-flag, repeated flags, positional
-// arguments. Every mistake is reported as "<tool>: <flag>: <what is wrong>".
+// Minimal command-line flag parsing for hearth's programs (the server and
+// the tools): --name value and --name=value, boolean --flag / --no-flag,
+// repeated flags, positional arguments. Every mistake is reported as "<tool>: <flag>: <what is
+// wrong>".
 #pragma once
 
 #include <cstdint>
@@ -9,7 +10,7 @@
 #include <string>
 #include <vector>
 
-namespace hearth::tools {
+namespace hearth {
 
 class Flags {
  public:
@@ -45,4 +46,4 @@ class Flags {
 // JSON text for a string (quoted, escaped; invalid UTF-8 bytes become U+FFFD).
 std::string json_string(const std::string& s);
 
-}  // namespace hearth::tools
+}  // namespace hearth

@@ -1,4 +1,4 @@
-#include "tools/cli_flags.h"
+#include "base/cli_flags.h"
 
 #include <algorithm>
 #include <cerrno>
@@ -6,7 +6,7 @@
 #include <cstdio>
 #include <cstdlib>
 
-namespace hearth::tools {
+namespace hearth {
 
 Flags::Flags(std::string tool, std::vector<std::string> value_flags,
              std::vector<std::string> bool_flags)
@@ -170,4 +170,4 @@ std::string json_string(const std::string& s) {
   return out;
 }
 
-}  // namespace hearth::tools
+}  // namespace hearth

@@ -9,6 +9,11 @@
 namespace hearth::engine {
 namespace {
 
+absl::Status scratch_exhausted(const char* array, std::size_t bytes) {
+  return absl::ResourceExhaustedError(str_cat("sampler: the temp allocator could not provide the ",
+                                              array, " array (", bytes, " bytes)"));
+}
+
 absl::Status out_of_range(const char* field, double value, const char* range) {
   return absl::InvalidArgumentError(
       str_cat(field, " = ", value, " is out of range: allowed ", range));
@@ -71,10 +76,11 @@ float Rng::uniform() { return static_cast<float>(next() >> 40) * (1.0f / 1677721
 Sampler::Sampler(const SamplingParams& params, std::size_t vocab_size)
     : params_(params), vocab_(vocab_size), rng_(params.seed) {}
 
-std::int32_t Sampler::sample(const float* logits, std::span<const std::int32_t> history,
-                             MemoryAllocator& scratch) {
+absl::StatusOr<std::int32_t> Sampler::sample(const float* logits,
+                                             std::span<const std::int32_t> history,
+                                             MemoryAllocator& scratch) {
   auto* cand = scratch.allocate_array<Candidate>(vocab_);
-  if (cand == nullptr) return -1;
+  if (cand == nullptr) return scratch_exhausted("candidates", vocab_ * sizeof(Candidate));
   for (std::size_t i = 0; i < vocab_; ++i) cand[i] = {logits[i], static_cast<std::int32_t>(i)};
 
   // 1. Penalties over the recent history. Counts live in a scratch array that is
@@ -86,7 +92,8 @@ std::int32_t Sampler::sample(const float* logits, std::span<const std::int32_t> 
         std::min(history.size(), static_cast<std::size_t>(params_.penalty_last_n));
     const auto recent = history.subspan(history.size() - n);
     auto* counts = scratch.allocate_array<std::uint16_t>(vocab_);
-    if (counts == nullptr) return -1;
+    if (counts == nullptr)
+      return scratch_exhausted("penalty counts", vocab_ * sizeof(std::uint16_t));
     for (std::int32_t id : recent) {
       if (id >= 0 && static_cast<std::size_t>(id) < vocab_) counts[id] = 0;
     }
@@ -151,7 +158,7 @@ std::int32_t Sampler::sample(const float* logits, std::span<const std::int32_t> 
                                ? static_cast<std::size_t>(params_.top_k)
                                : vocab_;
   auto* weight = scratch.allocate_array<double>(most);
-  if (weight == nullptr) return -1;
+  if (weight == nullptr) return scratch_exhausted("weights", most * sizeof(double));
   for (std::size_t i = 0; i < n; ++i) {
     weight[i] = std::exp(static_cast<double>(cand[i].logit - max_logit) / params_.temperature);
     sum += weight[i];

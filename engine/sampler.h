@@ -18,6 +18,7 @@
 #include <span>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "memory/memory_allocator.h"
 
 namespace hearth::engine {
@@ -55,10 +56,10 @@ class Sampler {
 
   // Picks the next token. `logits` has vocab_size entries and is not
   // modified; `history` is every token so far (prompt and generated).
-  // Working memory comes from `scratch` (no heap allocation); returns -1 only
-  // if scratch is exhausted.
-  std::int32_t sample(const float* logits, std::span<const std::int32_t> history,
-                      MemoryAllocator& scratch);
+  // Working memory comes from `scratch` (no heap allocation on success);
+  // ResourceExhausted, naming the array, when scratch cannot provide it.
+  absl::StatusOr<std::int32_t> sample(const float* logits, std::span<const std::int32_t> history,
+                                      MemoryAllocator& scratch);
 
   const SamplingParams& params() const { return params_; }
 

@@ -81,10 +81,7 @@ absl::Status Sequence::advance(std::size_t n, const float* logits, MemoryAllocat
     return absl::OkStatus();
   }
   if (logits == nullptr) return absl::InvalidArgumentError("Sequence::advance: logits needed");
-  const std::int32_t token = sampler_.sample(logits, history_, scratch);
-  if (token < 0)
-    return absl::ResourceExhaustedError(
-        "sampler: the temp allocator could not provide scratch memory");
+  HEARTH_ASSIGN_OR_RETURN(const std::int32_t token, sampler_.sample(logits, history_, scratch));
   if (!ignore_eos_ && tokenizer_.is_eog(token)) {
     end(FinishReason::kEos, emit);
     return absl::OkStatus();

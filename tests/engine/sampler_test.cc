@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "engine/stop_matcher.h"
+#include "memory/arena_allocator.h"
 #include "memory/caching_allocator.h"
 #include "tests/support/heap_counter.h"
 
@@ -17,7 +18,36 @@ namespace {
 std::int32_t draw(Sampler& s, const std::vector<float>& logits,
                   const std::vector<std::int32_t>& history = {}) {
   CachingAllocator scratch;
-  return s.sample(logits.data(), history, scratch);
+  absl::StatusOr<std::int32_t> token = s.sample(logits.data(), history, scratch);
+  EXPECT_TRUE(token.ok()) << token.status();
+  return token.value_or(-1);
+}
+
+// Scratch that cannot hold the sampler's arrays is an error naming the array,
+// never a token.
+TEST(Sampler, ExhaustedScratchIsAnErrorNamingTheArray) {
+  const std::vector<float> logits(1000, 0.5f);
+  alignas(64) std::uint8_t small[256];
+  for (const float temperature : {0.0f, 0.8f}) {
+    SamplingParams p;
+    p.temperature = temperature;
+    Sampler s(p, logits.size());
+    ArenaAllocator arena(small, sizeof small);
+    const absl::StatusOr<std::int32_t> token = s.sample(logits.data(), {}, arena);
+    ASSERT_FALSE(token.ok());
+    EXPECT_EQ(token.status().code(), absl::StatusCode::kResourceExhausted) << token.status();
+    EXPECT_NE(token.status().message().find("candidates"), std::string::npos) << token.status();
+  }
+  // Room for the candidates but not for the sampling weights.
+  SamplingParams p;
+  p.temperature = 0.8f;
+  Sampler s(p, 64);
+  const std::vector<float> few(64, 0.5f);
+  alignas(64) std::uint8_t room[64 * 8 + 64];
+  ArenaAllocator arena(room, sizeof room);
+  const absl::StatusOr<std::int32_t> token = s.sample(few.data(), {}, arena);
+  ASSERT_FALSE(token.ok());
+  EXPECT_NE(token.status().message().find("weights"), std::string::npos) << token.status();
 }
 
 TEST(Sampler, GreedyTakesTheHighestLogitAndTheLowestIdOnTies) {
@@ -80,7 +110,7 @@ TEST(Sampler, TemperatureDrawFollowsTheSoftmax) {
   CachingAllocator scratch;
   std::map<int, int> counts;
   for (int i = 0; i < 20000; ++i) {
-    ++counts[s.sample(logits.data(), {}, scratch)];
+    ++counts[s.sample(logits.data(), {}, scratch).value()];
     scratch.reset();
   }
   EXPECT_NEAR(counts[0] / 20000.0, 0.5, 0.015);
@@ -97,7 +127,7 @@ TEST(Sampler, TopKTopPAndMinPTruncate) {
     CachingAllocator scratch;
     std::set<int> seen;
     for (int i = 0; i < 2000; ++i) {
-      seen.insert(s.sample(logits.data(), {}, scratch));
+      seen.insert(s.sample(logits.data(), {}, scratch).value());
       scratch.reset();
     }
     return seen;
@@ -146,11 +176,11 @@ TEST(Sampler, MakesNoHeapAllocationWithAWarmScratchAllocator) {
   Sampler s(p, logits.size());
   CachingAllocator scratch;
   const std::vector<std::int32_t> history = {1, 2, 3, 2, 1};
-  s.sample(logits.data(), history, scratch);
+  ASSERT_TRUE(s.sample(logits.data(), history, scratch).ok());
   scratch.reset();
   hearth::testing::HeapCounter counter;
   for (int i = 0; i < 10; ++i) {
-    s.sample(logits.data(), history, scratch);
+    ASSERT_TRUE(s.sample(logits.data(), history, scratch).ok());
     scratch.reset();
   }
   EXPECT_EQ(counter.allocations(), 0u);

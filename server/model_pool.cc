@@ -89,14 +89,14 @@ absl::StatusOr<ModelPool::Lease> ModelPool::acquire(Clock::time_point deadline,
     free_.pop_back();
     return Lease(this, index);
   }
-  // Waiters that already timed out or were cancelled leave within one poll
-  // interval; they do not hold a place against a new request meanwhile.
+  // Waiters that already timed out do not hold a place against a new
+  // request (they leave within one poll interval).
   if (const std::size_t live = live_waiters(Clock::now()); live >= spec_.queue)
     return absl::UnavailableError(str_cat(
         "model '", spec_.name, "' is at capacity: ", instances_.size(), " instances busy and ",
         live, " requests waiting (queue limit ", spec_.queue, "); retry later"));
   const std::uint64_t ticket = next_ticket_++;
-  waiters_.push_back(Waiter{ticket, deadline, cancelled ? &cancelled : nullptr});
+  waiters_.push_back(Waiter{ticket, deadline});
   auto leave = [&] {
     waiters_.erase(std::find_if(waiters_.begin(), waiters_.end(),
                                 [&](const Waiter& w) { return w.ticket == ticket; }));
@@ -120,10 +120,17 @@ absl::StatusOr<ModelPool::Lease> ModelPool::acquire(Clock::time_point deadline,
       return absl::DeadlineExceededError(
           str_cat("deadline exceeded while waiting for an instance of model '", spec_.name, "'"));
     }
-    if (cancelled && cancelled()) {
-      leave();
-      return absl::CancelledError(
-          str_cat("cancelled while waiting for an instance of model '", spec_.name, "'"));
+    if (cancelled) {  // our own client, asked without the lock held
+      lock.unlock();
+      const bool gone = cancelled();
+      lock.lock();
+      if (gone) {
+        leave();
+        return absl::CancelledError(
+            str_cat("cancelled while waiting for an instance of model '", spec_.name, "'"));
+      }
+      // A notification may have come while the lock was released.
+      if (draining_ || (waiters_.front().ticket == ticket && !free_.empty())) continue;
     }
     changed_.wait_until(lock, std::min(deadline, now + kCancelPollInterval));
   }
@@ -132,7 +139,7 @@ absl::StatusOr<ModelPool::Lease> ModelPool::acquire(Clock::time_point deadline,
 std::size_t ModelPool::live_waiters(Clock::time_point now) const {
   std::size_t live = 0;
   for (const Waiter& w : waiters_)
-    if (w.deadline > now && (w.cancelled == nullptr || !(*w.cancelled)())) ++live;
+    if (w.deadline > now) ++live;
   return live;
 }
 

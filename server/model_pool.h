@@ -12,8 +12,10 @@
 // waiting request leaves the queue when its deadline passes
 // (DEADLINE_EXCEEDED), when its client cancels (CANCELLED), or when the pool
 // starts draining (UNAVAILABLE). Client cancellation of a synchronous gRPC
-// call is only observable by polling, so waiters re-check it every
-// kCancelPollInterval.
+// call is only observable by polling, so each waiter re-checks its own
+// client every kCancelPollInterval, without holding the pool's mutex (a
+// callback is the transport's code: it must not run under our lock, and
+// never on another request's thread).
 //
 // Thread safety: every method may be called from any thread. `mu_` guards the
 // free list, the wait queue and the counters; the Modules themselves are
@@ -127,10 +129,10 @@ class ModelPool {
   struct Waiter {
     std::uint64_t ticket;
     Clock::time_point deadline;
-    const std::function<bool()>* cancelled;  // the waiter's own, alive while it waits
   };
-  // Waiters whose deadline has not passed and whose client has not gone:
-  // the ones that count against the queue limit. Requires mu_.
+  // Waiters whose deadline has not passed: the ones that count against the
+  // queue limit (a cancelled one leaves within kCancelPollInterval, when its
+  // own thread sees it). Requires mu_.
   std::size_t live_waiters(Clock::time_point now) const;
   std::deque<Waiter> waiters_;     // guarded by mu_: FIFO
   std::uint64_t next_ticket_ = 0;  // guarded by mu_

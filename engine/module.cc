@@ -171,7 +171,7 @@ absl::Status Module::warm_up() {
   r = forward(std::span<const std::int32_t>(prompt.data(), 1), prompt.size());
   if (temp_ == nullptr) thread_temp_allocator().reset();
   if (r.ok())
-    spdlog::info("warmed up: {}", format_usage_line("peak_temp_allocator", peak_temp_, 0));
+    spdlog::debug("warmed up: {}", format_usage_line("peak_temp_allocator", peak_temp_, 0));
   return r.status();
 }
 

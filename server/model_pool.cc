@@ -49,11 +49,9 @@ absl::StatusOr<std::unique_ptr<ModelPool>> ModelPool::load(const ModelSpec& spec
   for (std::size_t i = 0; i < spec.instances; ++i) {
     auto module = engine::Module::load(pool->weights_, options);
     if (!module.ok()) return fail(module.status());
-    // Warm-up: one short forward touches the instance's buffers and the
+    // A short prompt and a decode token touch the instance's buffers and the
     // kernels' code paths before the first request pays for it.
-    const std::int32_t warm[2] = {0, 1};
-    auto logits = (*module)->forward(std::span<const std::int32_t>(warm, 2), 0);
-    if (!logits.ok()) return fail(logits.status());
+    if (absl::Status s = (*module)->warm_up(); !s.ok()) return fail(s);
     temp.allocator().reset();
     pool->instances_.push_back(std::move(*module));
     pool->free_.push_back(spec.instances - 1 - i);  // hand out instance 0 first

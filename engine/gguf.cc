@@ -225,206 +225,68 @@ const char* gguf_value_type_name(GgufValueType t) {
   return "unknown";
 }
 
+namespace {
+
+// Every tensor type the reader knows: its name and block geometry (elements
+// and bytes per block), as ggml defines them.
+struct GgmlTypeTraits {
+  GgmlType type;
+  const char* name;
+  std::size_t block_elems, block_bytes;
+};
+
+constexpr GgmlTypeTraits kGgmlTypes[] = {
+    {GgmlType::kF32, "F32", 1, 4},
+    {GgmlType::kF16, "F16", 1, 2},
+    {GgmlType::kQ4_0, "Q4_0", 32, 18},
+    {GgmlType::kQ4_1, "Q4_1", 32, 20},
+    {GgmlType::kQ5_0, "Q5_0", 32, 22},
+    {GgmlType::kQ5_1, "Q5_1", 32, 24},
+    {GgmlType::kQ8_0, "Q8_0", 32, 34},
+    {GgmlType::kQ8_1, "Q8_1", 32, 36},
+    {GgmlType::kQ2_K, "Q2_K", 256, 84},
+    {GgmlType::kQ3_K, "Q3_K", 256, 110},
+    {GgmlType::kQ4_K, "Q4_K", 256, 144},
+    {GgmlType::kQ5_K, "Q5_K", 256, 176},
+    {GgmlType::kQ6_K, "Q6_K", 256, 210},
+    {GgmlType::kQ8_K, "Q8_K", 256, 292},
+    {GgmlType::kIQ2_XXS, "IQ2_XXS", 256, 66},
+    {GgmlType::kIQ2_XS, "IQ2_XS", 256, 74},
+    {GgmlType::kIQ3_XXS, "IQ3_XXS", 256, 98},
+    {GgmlType::kIQ1_S, "IQ1_S", 256, 50},
+    {GgmlType::kIQ4_NL, "IQ4_NL", 32, 18},
+    {GgmlType::kIQ3_S, "IQ3_S", 256, 110},
+    {GgmlType::kIQ2_S, "IQ2_S", 256, 82},
+    {GgmlType::kIQ4_XS, "IQ4_XS", 256, 136},
+    {GgmlType::kI8, "I8", 1, 1},
+    {GgmlType::kI16, "I16", 1, 2},
+    {GgmlType::kI32, "I32", 1, 4},
+    {GgmlType::kI64, "I64", 1, 8},
+    {GgmlType::kF64, "F64", 1, 8},
+    {GgmlType::kIQ1_M, "IQ1_M", 256, 56},
+    {GgmlType::kBF16, "BF16", 1, 2},
+    {GgmlType::kTQ1_0, "TQ1_0", 256, 54},
+    {GgmlType::kTQ2_0, "TQ2_0", 256, 66},
+};
+
+const GgmlTypeTraits* ggml_type_traits(GgmlType t) {
+  for (const GgmlTypeTraits& traits : kGgmlTypes)
+    if (traits.type == t) return &traits;
+  return nullptr;
+}
+
+}  // namespace
+
 std::string ggml_type_name(GgmlType t) {
-  switch (t) {
-    case GgmlType::kF32:
-      return "F32";
-    case GgmlType::kF16:
-      return "F16";
-    case GgmlType::kQ4_0:
-      return "Q4_0";
-    case GgmlType::kQ4_1:
-      return "Q4_1";
-    case GgmlType::kQ5_0:
-      return "Q5_0";
-    case GgmlType::kQ5_1:
-      return "Q5_1";
-    case GgmlType::kQ8_0:
-      return "Q8_0";
-    case GgmlType::kQ8_1:
-      return "Q8_1";
-    case GgmlType::kQ2_K:
-      return "Q2_K";
-    case GgmlType::kQ3_K:
-      return "Q3_K";
-    case GgmlType::kQ4_K:
-      return "Q4_K";
-    case GgmlType::kQ5_K:
-      return "Q5_K";
-    case GgmlType::kQ6_K:
-      return "Q6_K";
-    case GgmlType::kQ8_K:
-      return "Q8_K";
-    case GgmlType::kIQ2_XXS:
-      return "IQ2_XXS";
-    case GgmlType::kIQ2_XS:
-      return "IQ2_XS";
-    case GgmlType::kIQ3_XXS:
-      return "IQ3_XXS";
-    case GgmlType::kIQ1_S:
-      return "IQ1_S";
-    case GgmlType::kIQ4_NL:
-      return "IQ4_NL";
-    case GgmlType::kIQ3_S:
-      return "IQ3_S";
-    case GgmlType::kIQ2_S:
-      return "IQ2_S";
-    case GgmlType::kIQ4_XS:
-      return "IQ4_XS";
-    case GgmlType::kI8:
-      return "I8";
-    case GgmlType::kI16:
-      return "I16";
-    case GgmlType::kI32:
-      return "I32";
-    case GgmlType::kI64:
-      return "I64";
-    case GgmlType::kF64:
-      return "F64";
-    case GgmlType::kIQ1_M:
-      return "IQ1_M";
-    case GgmlType::kBF16:
-      return "BF16";
-    case GgmlType::kTQ1_0:
-      return "TQ1_0";
-    case GgmlType::kTQ2_0:
-      return "TQ2_0";
-  }
+  if (const GgmlTypeTraits* traits = ggml_type_traits(t)) return traits->name;
   return str_cat("type#", static_cast<std::uint32_t>(t));
 }
 
 bool ggml_type_block(GgmlType t, std::size_t* block_elems, std::size_t* block_bytes) {
-  std::size_t e = 0, b = 0;
-  switch (t) {
-    case GgmlType::kF32:
-      e = 1;
-      b = 4;
-      break;
-    case GgmlType::kF16:
-      e = 1;
-      b = 2;
-      break;
-    case GgmlType::kBF16:
-      e = 1;
-      b = 2;
-      break;
-    case GgmlType::kQ4_0:
-      e = 32;
-      b = 18;
-      break;
-    case GgmlType::kQ4_1:
-      e = 32;
-      b = 20;
-      break;
-    case GgmlType::kQ5_0:
-      e = 32;
-      b = 22;
-      break;
-    case GgmlType::kQ5_1:
-      e = 32;
-      b = 24;
-      break;
-    case GgmlType::kQ8_0:
-      e = 32;
-      b = 34;
-      break;
-    case GgmlType::kQ8_1:
-      e = 32;
-      b = 36;
-      break;
-    case GgmlType::kQ2_K:
-      e = 256;
-      b = 84;
-      break;
-    case GgmlType::kQ3_K:
-      e = 256;
-      b = 110;
-      break;
-    case GgmlType::kQ4_K:
-      e = 256;
-      b = 144;
-      break;
-    case GgmlType::kQ5_K:
-      e = 256;
-      b = 176;
-      break;
-    case GgmlType::kQ6_K:
-      e = 256;
-      b = 210;
-      break;
-    case GgmlType::kQ8_K:
-      e = 256;
-      b = 292;
-      break;
-    case GgmlType::kIQ2_XXS:
-      e = 256;
-      b = 66;
-      break;
-    case GgmlType::kIQ2_XS:
-      e = 256;
-      b = 74;
-      break;
-    case GgmlType::kIQ3_XXS:
-      e = 256;
-      b = 98;
-      break;
-    case GgmlType::kIQ1_S:
-      e = 256;
-      b = 50;
-      break;
-    case GgmlType::kIQ4_NL:
-      e = 32;
-      b = 18;
-      break;
-    case GgmlType::kIQ3_S:
-      e = 256;
-      b = 110;
-      break;
-    case GgmlType::kIQ2_S:
-      e = 256;
-      b = 82;
-      break;
-    case GgmlType::kIQ4_XS:
-      e = 256;
-      b = 136;
-      break;
-    case GgmlType::kI8:
-      e = 1;
-      b = 1;
-      break;
-    case GgmlType::kI16:
-      e = 1;
-      b = 2;
-      break;
-    case GgmlType::kI32:
-      e = 1;
-      b = 4;
-      break;
-    case GgmlType::kI64:
-      e = 1;
-      b = 8;
-      break;
-    case GgmlType::kF64:
-      e = 1;
-      b = 8;
-      break;
-    case GgmlType::kIQ1_M:
-      e = 256;
-      b = 56;
-      break;
-    case GgmlType::kTQ1_0:
-      e = 256;
-      b = 54;
-      break;
-    case GgmlType::kTQ2_0:
-      e = 256;
-      b = 66;
-      break;
-    default:
-      return false;
-  }
-  *block_elems = e;
-  *block_bytes = b;
+  const GgmlTypeTraits* traits = ggml_type_traits(t);
+  if (traits == nullptr) return false;
+  *block_elems = traits->block_elems;
+  *block_bytes = traits->block_bytes;
   return true;
 }
 

@@ -22,6 +22,32 @@ absl::StatusOr<std::unique_ptr<GgufFile>> parse(const std::string& bytes) {
                          "test.gguf");
 }
 
+// Names and block geometry come from one table: spot checks against ggml's
+// definitions, and an id the reader does not know.
+TEST(GgmlTypes, NamesAndBlocksFollowGgml) {
+  struct Case {
+    GgmlType type;
+    const char* name;
+    std::size_t elems, bytes;
+  };
+  for (const Case& c :
+       {Case{GgmlType::kF32, "F32", 1, 4}, Case{GgmlType::kBF16, "BF16", 1, 2},
+        Case{GgmlType::kQ4_0, "Q4_0", 32, 18}, Case{GgmlType::kQ8_0, "Q8_0", 32, 34},
+        Case{GgmlType::kQ4_K, "Q4_K", 256, 144}, Case{GgmlType::kQ6_K, "Q6_K", 256, 210},
+        Case{GgmlType::kIQ4_XS, "IQ4_XS", 256, 136}, Case{GgmlType::kTQ2_0, "TQ2_0", 256, 66}}) {
+    EXPECT_EQ(ggml_type_name(c.type), c.name);
+    std::size_t elems = 0, bytes = 0;
+    ASSERT_TRUE(ggml_type_block(c.type, &elems, &bytes)) << c.name;
+    EXPECT_EQ(elems, c.elems) << c.name;
+    EXPECT_EQ(bytes, c.bytes) << c.name;
+  }
+  const auto unknown = static_cast<GgmlType>(99);
+  EXPECT_EQ(ggml_type_name(unknown), "type#99");
+  std::size_t elems = 7, bytes = 7;
+  EXPECT_FALSE(ggml_type_block(unknown, &elems, &bytes));
+  EXPECT_EQ(elems, 7u);
+}
+
 TEST(Gguf, ReadsStories260KHeaderFacts) {
   HEARTH_REQUIRE_SHARED();
   auto f = GgufFile::open((testing::shared_dir() / "models/stories260K.gguf").string());

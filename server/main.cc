@@ -11,9 +11,11 @@
 
 #include <cstdio>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "base/cli_flags.h"
 #include "base/str_cat.h"
@@ -75,29 +77,42 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
 
   spdlog::set_default_logger(spdlog::stderr_color_mt("hearth"));
-  hearth::Flags flags("hearth-server",
-                      {"model",
-                       "config",
-                       "instances",
-                       "queue",
-                       "context",
-                       "kv-cache",
-                       "step-tokens",
-                       "listen",
-                       "metrics-listen",
-                       "max-message-bytes",
-                       "keepalive-time-s",
-                       "keepalive-timeout-s",
-                       "max-connection-age-s",
-                       "tls-cert",
-                       "tls-key",
-                       "auth-token",
-                       "auth-token-file",
-                       "worker-threads",
-                       "kernel-threads",
-                       "max-tokens-limit",
-                       "grace-period-s"},
-                      {"help", "keep-going"});
+  server::ModelSpec defaults;  // for every model; --model and --config entries may override
+  server::ServerOptions options;
+
+  // The numeric flags: name, allowed range, and where the value goes.
+  struct NumericFlag {
+    const char* name;
+    double min, max;
+    bool integer;
+    std::function<void(double)> set;
+  };
+  const auto size = [](std::size_t& field) {
+    return [&field](double v) { field = static_cast<std::size_t>(v); };
+  };
+  const auto count = [](int& field) { return [&field](double v) { field = static_cast<int>(v); }; };
+  const NumericFlag numeric_flags[] = {
+      {"instances", 1, server::kMaxInstances, true, size(defaults.instances)},
+      {"queue", 0, server::kMaxQueue, true, size(defaults.queue)},
+      {"context", 0, server::kMaxContext, true, size(defaults.context)},
+      {"step-tokens", 1, server::kMaxStepTokens, true, size(defaults.step_tokens)},
+      {"max-message-bytes", 1024, double(std::int64_t{1} << 30), true,
+       size(options.max_message_bytes)},
+      {"keepalive-time-s", 1, 86400, true, count(options.keepalive_time_s)},
+      {"keepalive-timeout-s", 1, 3600, true, count(options.keepalive_timeout_s)},
+      {"max-connection-age-s", 0, 86400 * 365, true, count(options.max_connection_age_s)},
+      {"worker-threads", 2, 4096, true, size(options.worker_threads)},
+      {"max-tokens-limit", 1, 1 << 20, true, size(options.service.max_tokens_limit)},
+      {"kernel-threads", 1, 1024, true,
+       [](double v) { kernels::set_default_thread_count(static_cast<std::size_t>(v)); }},
+      {"grace-period-s", 0, 3600, false, [&](double v) { options.grace_period_s = v; }},
+  };
+  std::vector<std::string> value_flags = {"model",   "config",         "kv-cache",
+                                          "listen",  "metrics-listen", "tls-cert",
+                                          "tls-key", "auth-token",     "auth-token-file"};
+  for (const NumericFlag& f : numeric_flags) value_flags.push_back(f.name);
+
+  hearth::Flags flags("hearth-server", value_flags, {"help", "keep-going"});
   if (!flags.parse(argc, argv)) return usage_error(flags.error());
   if (flags.get_bool("help").value_or(false)) {
     std::fputs(kUsage, stdout);
@@ -107,21 +122,19 @@ int main(int argc, char** argv) {
     return usage_error(
         str_cat("hearth-server: unexpected argument '", flags.positional()[0], "' (see --help)"));
 
-  server::ModelSpec defaults;
-  std::int64_t v = 0;
-  double d = 0;
-  if (flags.has("instances")) {
-    if (!flags.get_int("instances", 1, server::kMaxInstances, &v))
+  for (const NumericFlag& f : numeric_flags) {
+    if (!flags.has(f.name)) continue;
+    double value = 0;
+    if (f.integer) {
+      std::int64_t v = 0;
+      if (!flags.get_int(f.name, static_cast<std::int64_t>(f.min), static_cast<std::int64_t>(f.max),
+                         &v))
+        return usage_error(flags.error());
+      value = static_cast<double>(v);
+    } else if (!flags.get_float(f.name, f.min, f.max, &value)) {
       return usage_error(flags.error());
-    defaults.instances = static_cast<std::size_t>(v);
-  }
-  if (flags.has("queue")) {
-    if (!flags.get_int("queue", 0, server::kMaxQueue, &v)) return usage_error(flags.error());
-    defaults.queue = static_cast<std::size_t>(v);
-  }
-  if (flags.has("context")) {
-    if (!flags.get_int("context", 0, server::kMaxContext, &v)) return usage_error(flags.error());
-    defaults.context = static_cast<std::size_t>(v);
+    }
+    f.set(value);
   }
   if (flags.has("kv-cache")) {
     const std::string kv = flags.get("kv-cache");
@@ -130,13 +143,6 @@ int main(int argc, char** argv) {
     defaults.kv_cache = kv == "int8" ? engine::KvCacheType::kInt8 : engine::KvCacheType::kFloat;
   }
 
-  if (flags.has("step-tokens")) {
-    if (!flags.get_int("step-tokens", 1, server::kMaxStepTokens, &v))
-      return usage_error(flags.error());
-    defaults.step_tokens = static_cast<std::size_t>(v);
-  }
-
-  server::ServerOptions options;
   for (const std::string& m : flags.get_all("model")) {
     absl::StatusOr<server::ModelSpec> spec = server::parse_model_flag(m, defaults);
     if (!spec.ok()) return usage_error(str_cat("hearth-server: ", spec.status().message()));
@@ -169,36 +175,6 @@ int main(int argc, char** argv) {
   options.tls_cert_file = flags.get("tls-cert");
   options.tls_key_file = flags.get("tls-key");
   options.keep_going = flags.get_bool("keep-going").value_or(false);
-  if (flags.has("max-message-bytes")) {
-    if (!flags.get_int("max-message-bytes", 1024, std::int64_t{1} << 30, &v))
-      return usage_error(flags.error());
-    options.max_message_bytes = static_cast<std::size_t>(v);
-  }
-  if (flags.has("keepalive-time-s")) {
-    if (!flags.get_int("keepalive-time-s", 1, 86400, &v)) return usage_error(flags.error());
-    options.keepalive_time_s = static_cast<int>(v);
-  }
-  if (flags.has("keepalive-timeout-s")) {
-    if (!flags.get_int("keepalive-timeout-s", 1, 3600, &v)) return usage_error(flags.error());
-    options.keepalive_timeout_s = static_cast<int>(v);
-  }
-  if (flags.has("max-connection-age-s")) {
-    if (!flags.get_int("max-connection-age-s", 0, 86400 * 365, &v))
-      return usage_error(flags.error());
-    options.max_connection_age_s = static_cast<int>(v);
-  }
-  if (flags.has("worker-threads")) {
-    if (!flags.get_int("worker-threads", 2, 4096, &v)) return usage_error(flags.error());
-    options.worker_threads = static_cast<std::size_t>(v);
-  }
-  if (flags.has("max-tokens-limit")) {
-    if (!flags.get_int("max-tokens-limit", 1, 1 << 20, &v)) return usage_error(flags.error());
-    options.service.max_tokens_limit = static_cast<std::size_t>(v);
-  }
-  if (flags.has("grace-period-s")) {
-    if (!flags.get_float("grace-period-s", 0, 3600, &d)) return usage_error(flags.error());
-    options.grace_period_s = d;
-  }
   options.service.auth_token = flags.get("auth-token");
   if (flags.has("auth-token-file")) {
     std::ifstream in(flags.get("auth-token-file"));
@@ -210,10 +186,6 @@ int main(int argc, char** argv) {
   if (flags.has("auth-token") || flags.has("auth-token-file")) {
     if (options.service.auth_token.empty())
       return usage_error("hearth-server: --auth-token: the token is empty");
-  }
-  if (flags.has("kernel-threads")) {
-    if (!flags.get_int("kernel-threads", 1, 1024, &v)) return usage_error(flags.error());
-    kernels::set_default_thread_count(static_cast<std::size_t>(v));
   }
   const std::string metrics_listen = flags.get("metrics-listen", "0.0.0.0:9464");
   if (metrics_listen != "off") {

@@ -79,11 +79,15 @@ export function serverFacts(sourceDir) {
   const main = fs.readFileSync(path.join(sourceDir, "server/main.cc"), "utf8");
   const server = fs.readFileSync(path.join(sourceDir, "server/server.cc"), "utf8");
   const facts = {};
-  const flagsDecl = main.match(/tools::Flags\s+flags\(\s*"hearth-server",\s*\{([^}]*)\},\s*\{([^}]*)\}/);
-  if (!flagsDecl) throw new Error("server/main.cc: cannot find the Flags declaration of hearth-server");
-  const names = (s) => [...s.matchAll(/"([a-z0-9-]+)"/g)].map((m) => m[1]);
-  facts.valueFlags = new Set(names(flagsDecl[1]));
-  facts.boolFlags = new Set(names(flagsDecl[2]));
+  // The flags as the usage text (--help) documents them: "--name VALUE" takes
+  // a value, "--name" followed by the description's column does not.
+  // tests/server checks that the server accepts every flag its --help lists.
+  const usage = main.match(/kUsage = R"\(([\s\S]*?)\)"/);
+  if (!usage) throw new Error("server/main.cc: cannot find the usage text (kUsage)");
+  facts.valueFlags = new Set();
+  facts.boolFlags = new Set(["help"]);
+  for (const m of usage[1].matchAll(/--([a-z0-9-]+)( \S)?/g)) (m[2] ? facts.valueFlags : facts.boolFlags).add(m[1]);
+  if (facts.valueFlags.size < 10) throw new Error("server/main.cc: the usage text lists too few flags");
   const dflt = (flag, re) => {
     const line = main.split("\n").find((l) => l.trimStart().startsWith(`--${flag} `));
     const m = line?.match(re);

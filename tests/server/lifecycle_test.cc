@@ -6,6 +6,7 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <cctype>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -39,6 +40,32 @@ TEST(ServerLifecycleTest, BadFlagsExitWithStatus2NamingTheFlag) {
         << "stderr should name " << c.expected << ":\n"
         << err;
   }
+}
+
+// Every flag --help documents is one the parser accepts ("--name VALUE" with
+// a value, "--name" alone without): parsing comes before --help is acted on,
+// so an undocumented or misspelt flag would exit 2 here. (The deploy checks
+// read the flags from the same usage text.)
+TEST(ServerLifecycleTest, EveryFlagInHelpIsAccepted) {
+  const ProcessResult help = run_process(HEARTH_SERVER_BIN, {"--help"});
+  ASSERT_EQ(help.exit_code, 0) << help.err;
+  std::size_t checked = 0;
+  for (std::size_t at = help.out.find("--"); at != std::string::npos;
+       at = help.out.find("--", at + 2)) {
+    std::size_t end = at + 2;
+    while (end < help.out.size() &&
+           (std::isalnum(static_cast<unsigned char>(help.out[end])) || help.out[end] == '-'))
+      ++end;
+    const std::string flag = help.out.substr(at, end - at);
+    const bool takes_value = end + 1 < help.out.size() && help.out[end] == ' ' &&
+                             help.out[end + 1] != ' ' && help.out[end + 1] != '\n';
+    std::vector<std::string> args = {"--help", flag};
+    if (takes_value) args.push_back("1");
+    const ProcessResult r = run_process(HEARTH_SERVER_BIN, args);
+    EXPECT_EQ(r.exit_code, 0) << flag << (takes_value ? " 1" : "") << ": " << r.err;
+    ++checked;
+  }
+  EXPECT_GE(checked, 20u) << help.out;
 }
 
 TEST(ServerLifecycleTest, StartupFailuresExitWithStatus1NamingTheFileOrPort) {

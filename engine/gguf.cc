@@ -10,6 +10,7 @@
 #include <type_traits>
 
 #include "absl/status/status.h"
+#include "base/status_macros.h"
 #include "base/str_cat.h"
 
 namespace hearth::engine {
@@ -348,6 +349,16 @@ absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::parse(const std::uint8_t* da
   f->data_ = data;
   f->size_ = size;
   if (auto s = f->parse_all(); !s.ok()) return s;
+  return f;
+}
+
+absl::StatusOr<std::unique_ptr<GgufFile>> GgufFile::parse(std::string bytes, std::string name) {
+  std::unique_ptr<GgufFile> f(new GgufFile());
+  f->name_ = std::move(name);
+  f->owned_ = std::move(bytes);
+  f->data_ = reinterpret_cast<const std::uint8_t*>(f->owned_.data());
+  f->size_ = f->owned_.size();
+  HEARTH_RETURN_IF_ERROR(f->parse_all());
   return f;
 }
 

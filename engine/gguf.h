@@ -123,6 +123,10 @@ class GgufFile {
   // Parses bytes the caller keeps alive (tests, fuzzers); `name` is used in messages.
   static absl::StatusOr<std::unique_ptr<GgufFile>> parse(const std::uint8_t* data, std::size_t size,
                                                          std::string name);
+  // Parses bytes it then owns (a model made in memory, such as the built-in
+  // demo), so whoever shares the file shares the bytes: nothing that holds
+  // the file or its tensor pointers can outlive them.
+  static absl::StatusOr<std::unique_ptr<GgufFile>> parse(std::string bytes, std::string name);
   ~GgufFile();
   GgufFile(const GgufFile&) = delete;
   GgufFile& operator=(const GgufFile&) = delete;
@@ -161,12 +165,14 @@ class GgufFile {
   absl::Status parse_all();
   absl::Status type_error(std::string_view key, const GgufValue& v, const char* wanted) const;
   template <typename Out>
-  absl::StatusOr<std::vector<Out>> number_array(std::string_view key, bool floats_allowed, const char* wanted) const;
+  absl::StatusOr<std::vector<Out>> number_array(std::string_view key, bool floats_allowed,
+                                                const char* wanted) const;
 
   std::string name_;
   const std::uint8_t* data_ = nullptr;
   std::size_t size_ = 0;
   void* mapping_ = nullptr;  // set when open() mapped the file
+  std::string owned_;        // the bytes, when parse() was given them to own
   std::uint32_t version_ = 0;
   std::size_t alignment_ = 32;
   std::size_t data_offset_ = 0;

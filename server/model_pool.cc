@@ -21,10 +21,7 @@ absl::StatusOr<std::unique_ptr<ModelPool>> ModelPool::load(const ModelSpec& spec
   if (spec.is_demo()) {
     absl::StatusOr<std::string> bytes = engine::synthesize_model(engine::demo_model_spec());
     if (!bytes.ok()) return fail(bytes.status());
-    pool->demo_bytes_ = std::move(*bytes);
-    auto parsed =
-        engine::GgufFile::parse(reinterpret_cast<const std::uint8_t*>(pool->demo_bytes_.data()),
-                                pool->demo_bytes_.size(), std::string(kDemoSource));
+    auto parsed = engine::GgufFile::parse(std::move(*bytes), std::string(kDemoSource));
     if (!parsed.ok()) return fail(parsed.status());
     file = std::move(*parsed);
   } else {

@@ -113,7 +113,6 @@ class ModelPool {
   void release(std::size_t index);
 
   const ModelSpec spec_;
-  std::string demo_bytes_;  // the demo model's GGUF image (kept alive for its mapping)
   std::shared_ptr<const engine::ModelWeights> weights_;
   std::unique_ptr<engine::Tokenizer> tokenizer_;
   std::vector<std::unique_ptr<engine::Module>> instances_;  // fixed after load

@@ -7,6 +7,7 @@
 #include <random>
 
 #include "engine/gguf_writer.h"
+#include "engine/synthetic_model.h"
 #include "tests/support/shared_data.h"
 
 namespace hearth::engine {
@@ -20,6 +21,39 @@ std::string read_file(const std::filesystem::path& p) {
 absl::StatusOr<std::unique_ptr<GgufFile>> parse(const std::string& bytes) {
   return GgufFile::parse(reinterpret_cast<const std::uint8_t*>(bytes.data()), bytes.size(),
                          "test.gguf");
+}
+
+// A file parsed from bytes it owns keeps them: the caller's copy can go, and
+// every tensor pointer stays valid for as long as the file (ASan would see a
+// read of freed memory here).
+TEST(Gguf, ParsedFromOwnedBytesNeedsNoOtherCopy) {
+  SyntheticModelSpec spec;
+  spec.n_embd = 64;
+  spec.n_layer = 1;
+  spec.n_head = 2;
+  spec.n_head_kv = 2;
+  spec.n_ff = 128;
+  spec.n_vocab = 320;
+  std::unique_ptr<GgufFile> file;
+  std::string copy;
+  {
+    absl::StatusOr<std::string> bytes = synthesize_model(spec);
+    ASSERT_TRUE(bytes.ok()) << bytes.status();
+    copy = *bytes;
+    absl::StatusOr<std::unique_ptr<GgufFile>> parsed = GgufFile::parse(std::move(*bytes), "owned");
+    ASSERT_TRUE(parsed.ok()) << parsed.status();
+    file = std::move(*parsed);
+  }
+  ASSERT_FALSE(file->tensors().empty());
+  EXPECT_EQ(file->size(), copy.size());
+  EXPECT_NE(file->find("general.architecture"), nullptr);
+  for (const GgufTensorInfo& t : file->tensors()) {
+    const std::size_t at = file->data_offset() + static_cast<std::size_t>(t.offset);
+    ASSERT_LE(at + t.n_bytes, copy.size()) << t.name;
+    EXPECT_EQ(std::string_view(reinterpret_cast<const char*>(t.data), t.n_bytes),
+              std::string_view(copy).substr(at, t.n_bytes))
+        << t.name;
+  }
 }
 
 // Names and block geometry come from one table: spot checks against ggml's

@@ -102,14 +102,14 @@ absl::Status Tokenizer::load_common(const GgufFile& file) {
   if (file.find(kScoresKey) != nullptr) {
     HEARTH_ASSIGN_OR_RETURN(auto scores, file.get_float_array(kScoresKey));
     if (scores.size() != n) return length_error(kScoresKey, scores.size());
-    for (std::size_t i = 0; i < n; ++i) scores_[i] = static_cast<float>((scores)[i]);
+    for (std::size_t i = 0; i < n; ++i) scores_[i] = static_cast<float>(scores[i]);
   }
   types_.assign(n, TokenType::kNormal);
   if (file.find(kTypesKey) != nullptr) {
     HEARTH_ASSIGN_OR_RETURN(auto types, file.get_int_array(kTypesKey));
     if (types.size() != n) return length_error(kTypesKey, types.size());
     for (std::size_t i = 0; i < n; ++i) {
-      const std::int64_t v = (types)[i];
+      const std::int64_t v = types[i];
       if (v < 1 || v > 6) {
         return absl::InvalidArgumentError(
             str_cat(file.name(), ": ", kTypesKey, "[", i, "] = ", v,

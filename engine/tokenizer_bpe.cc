@@ -104,7 +104,7 @@ absl::Status Tokenizer::load_bpe(const GgufFile& file) {
   merges_.reserve(merges.size());
   std::string joined;
   for (std::size_t i = 0; i < merges.size(); ++i) {
-    const std::string_view m = (merges)[i];
+    const std::string_view m = merges[i];
     // The separator is the first space after the first character, so a left
     // half that is itself a space still parses.
     const std::size_t sep = m.empty() ? std::string_view::npos : m.find(' ', 1);

@@ -68,8 +68,8 @@ py=/usr/bin/python3
 [ -x "$py" ] || py=python3
 
 prompt=$(printf 'hello %.0s' $(seq 1 "$prompt_words"))
-tinyllama="--dim 2048 --layers 22 --heads 32 --kv-heads 4 --ffn 5632 --vocab 32000"
-mkdir -p "$models_dir"
+# shellcheck source=bench/synth_model.sh
+. "$(dirname "$0")/synth_model.sh"
 
 echo "=== hearth vs llama.cpp: $(nproc) cores, $(date -u +%Y-%m-%dT%H:%M:%SZ), $threads threads, $reps runs each"
 "$build/bench/bench_kernels" --benchmark_filter='^$' 2>/dev/null | grep '^streaming read bandwidth,' | sed 's/^/    /'
@@ -77,13 +77,8 @@ printf '%-6s %8s %14s %14s %8s %14s %14s %8s\n' type prompt "hearth pp t/s" "lla
   "hearth tg t/s" "llama tg t/s" ratio
 
 for type in $types; do
-  model=$models_dir/b-tinyllama-1.1B-$type.gguf
-  if [ ! -s "$model" ]; then
-    # shellcheck disable=SC2086
-    "$build/tools/hearth-model" synth "$model.tmp.$$" $tinyllama --type "$type" --context 2048 \
-      --name "b-tinyllama-1.1B-$type.gguf" >/dev/null
-    mv "$model.tmp.$$" "$model"
-  fi
+  model=$(synth_model "$build" "$TINYLLAMA_SHAPE" "$type" "b-tinyllama-1.1B-$type.gguf" \
+    "$models_dir") || exit 1
   # hearth: the summary line of each run -> "prompt_tokens prefill decode".
   runs=()
   for _ in $(seq 1 "$reps"); do

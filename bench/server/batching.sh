@@ -224,23 +224,16 @@ if "$py" -c 'import sys; sys.exit(0 if float(sys.argv[1]) > 0.5 * int(sys.argv[2
 fi
 
 # --- the model -------------------------------------------------------------
-tinyllama="--dim 2048 --layers 22 --heads 32 --kv-heads 4 --ffn 5632 --vocab 32000"
+# shellcheck source=bench/synth_model.sh
+. "$(dirname "$0")/../synth_model.sh"
 if [ -z "$model" ]; then
-  shape=${synth:-$tinyllama}
+  shape=${synth:-$TINYLLAMA_SHAPE}
   if [ -z "$synth" ]; then
     name=b-tinyllama-1.1B-$type.gguf
   else
     name=synth-$type-$(printf '%s' "$shape" | md5sum | cut -c1-10).gguf
   fi
-  mkdir -p "$models_dir"
-  model=$models_dir/$name
-  if [ ! -s "$model" ]; then
-    echo "batching.sh: synthesizing $model (hearth-model synth $shape --type $type)" >&2
-    # shellcheck disable=SC2086
-    "$build/tools/hearth-model" synth "$model.tmp.$$" $shape --type "$type" --context 2048 \
-      --name "$name" >/dev/null 2>"$work/synth.log" || { cat "$work/synth.log" >&2; exit 1; }
-    mv "$model.tmp.$$" "$model"
-  fi
+  model=$(synth_model "$build" "$shape" "$type" "$name" "$models_dir") || exit 1
   model_desc="$model (synthetic: $shape --type $type)"
 else
   [ -r "$model" ] || die "--model: cannot read '$model'"

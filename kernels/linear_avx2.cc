@@ -37,14 +37,15 @@ void tile(const PackedWeights& w, const QuantizedActivations& a, std::size_t g, 
   constexpr int H = 2 * G;
   constexpr std::size_t kBlockBytes = kQ4 ? kQ4BlockBytes : kQ8BlockBytes;
   const std::size_t gs = w.group_stride;
-  const std::size_t first = tile * a.tile_tokens + j0;
+  const std::size_t tile_first = tile * a.tile_tokens;  // the activation tile's first token
+  const std::size_t first = tile_first + j0;            // this register tile's
   // Half h of the tile: group h / 2, rows 8 (h % 2) .. +8: bytes 32 (h % 2)
   // of each 64-byte step, scales 16 (h % 2) of each block's 32.
   const std::uint8_t* wp = w.data + g * gs;
   const std::uint8_t* sp = wp + w.scales_offset;
   const std::int8_t* xp = a.q + tile * a.q_tile_stride + 4 * j0;
-  const std::int32_t* bp = a.bias + (first - j0) * a.blocks + j0;
-  const float* dp = a.d + (kPerToken ? first : (first - j0) * a.blocks + j0);
+  const std::int32_t* bp = a.bias + tile_first * a.blocks + j0;
+  const float* dp = a.d + (kPerToken ? first : tile_first * a.blocks + j0);
   const __m256i low4 = _mm256_set1_epi8(0x0f);
   const __m256i sign8 = _mm256_set1_epi8(static_cast<char>(0x80));
   const __m256i ones16 = _mm256_set1_epi16(1);

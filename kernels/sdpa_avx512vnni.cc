@@ -14,14 +14,26 @@
 // Overflow: |dot(q16, k - z)| <= head_dim * Qmax * 255 < 2^31 by the choice
 // of Qmax, and the two terms are each at most head_dim * Qmax * 128, so no
 // intermediate overflows either.
+//
+// The float loops (softmax, accumulation, float scores) are the AVX-512
+// ones, compiled here again from kernels/sdpa_simd_body.h, so this unit's
+// table needs nothing from another ISA's.
 #include <immintrin.h>
 
 #include <cstring>
+#include <type_traits>
 
 #include "kernels/sdpa_impl.h"
+#include "kernels/simd_avx512.h"
 
 namespace hearth::kernels::internal {
 namespace {
+
+#include "kernels/sdpa_lanes_avx512.h"
+// For the body's row_lanes of integer sums (declared before the body, so its
+// templates find it).
+HEARTH_SDPA_INLINE __m512i loadu(const std::int32_t* p) { return _mm512_loadu_si512(p); }
+#include "kernels/sdpa_simd_body.h"
 
 // acc += pairwise dot products of a and b (int16 -> int32). Inline asm
 // because GCC 12 copies the accumulator around the intrinsic's tied operand,
@@ -40,24 +52,6 @@ HEARTH_SDPA_INLINE __m512i load_k16(const std::int8_t* p, bool full) {
       full ? _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))
            : _mm256_zextsi128_si256(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
   return _mm512_cvtepi8_epi16(b);
-}
-
-// Lane i of the result is the sum of the lanes of a[i].
-HEARTH_SDPA_INLINE __m512i reduce16(const __m512i* a) {
-  __m512i t[8];
-  for (int i = 0; i < 8; ++i)
-    t[i] = _mm512_add_epi32(_mm512_unpacklo_epi32(a[2 * i], a[2 * i + 1]),
-                            _mm512_unpackhi_epi32(a[2 * i], a[2 * i + 1]));
-  __m512i u[4];
-  for (int i = 0; i < 4; ++i)
-    u[i] = _mm512_add_epi32(_mm512_unpacklo_epi64(t[2 * i], t[2 * i + 1]),
-                            _mm512_unpackhi_epi64(t[2 * i], t[2 * i + 1]));
-  __m512i v[2];
-  for (int i = 0; i < 2; ++i)
-    v[i] = _mm512_add_epi32(_mm512_shuffle_i32x4(u[2 * i], u[2 * i + 1], 0x88),
-                            _mm512_shuffle_i32x4(u[2 * i], u[2 * i + 1], 0xdd));
-  return _mm512_add_epi32(_mm512_shuffle_i32x4(v[0], v[1], 0x88),
-                          _mm512_shuffle_i32x4(v[0], v[1], 0xdd));
 }
 
 // Integer dot products of R int16 query rows (stride ld, zero-padded to a
@@ -79,15 +73,15 @@ HEARTH_SDPA_INLINE void dot_step(const std::int16_t* q, std::size_t ld, const st
 // Integer dot products of R int16 query rows (stride ld, zero-padded to a
 // multiple of 32) with P consecutive K rows: lane r * P + p.
 template <int R, int P>
-HEARTH_SDPA_INLINE __m512i dot_block(const std::int16_t* q, std::size_t ld, const std::int8_t* k,
-                                     std::size_t head_dim) {
+HEARTH_SDPA_INLINE __m512i dot_block_i16(const std::int16_t* q, std::size_t ld,
+                                         const std::int8_t* k, std::size_t head_dim) {
   static_assert(R * P <= 16);
   __m512i acc[16];
   for (int i = 0; i < 16; ++i) acc[i] = _mm512_setzero_si512();
   std::size_t d = 0;
   for (; d + kPad <= head_dim; d += kPad) dot_step<R, P>(q, ld, k, head_dim, d, true, acc);
   if (d < head_dim) dot_step<R, P>(q, ld, k, head_dim, d, false, acc);
-  return reduce16(acc);
+  return transpose_sum16(acc);
 }
 
 // Rounds R query rows to int16 (zero-padded); returns their scales in qs and
@@ -119,53 +113,6 @@ HEARTH_SDPA_INLINE void quantize_rows(const float* q, std::size_t ld_q, std::siz
   }
 }
 
-// k_scale[j .. j + P) repeated R times, to match dot_block's lanes.
-template <int P>
-HEARTH_SDPA_INLINE __m512 scale_lanes(const float* k_scale) {
-  if constexpr (P == 8) return _mm512_broadcast_f32x8(_mm256_loadu_ps(k_scale));
-  if constexpr (P == 4) return _mm512_broadcast_f32x4(_mm_loadu_ps(k_scale));
-  return _mm512_set1_ps(k_scale[0]);
-}
-
-// Writes lanes r * P + p of v to s[r * ld_s + p].
-template <int R, int P>
-HEARTH_SDPA_INLINE void store_block(__m512 v, float* s, std::size_t ld_s) {
-  alignas(64) float lanes[16];
-  _mm512_store_ps(lanes, v);
-  for (int r = 0; r < R; ++r) std::memcpy(s + r * ld_s, lanes + r * P, P * sizeof(float));
-}
-
-// Lane r * P + p = qs[r].
-template <int R, int P>
-HEARTH_SDPA_INLINE __m512 row_lanes(const float* qs) {
-  alignas(64) float lanes[16] = {};
-  for (int r = 0; r < R; ++r)
-    for (int p = 0; p < P; ++p) lanes[r * P + p] = qs[r];
-  return _mm512_load_ps(lanes);
-}
-template <int R, int P>
-HEARTH_SDPA_INLINE __m512i row_lanes(const std::int32_t* sums) {
-  alignas(64) std::int32_t lanes[16] = {};
-  for (int r = 0; r < R; ++r)
-    for (int p = 0; p < P; ++p) lanes[r * P + p] = sums[r];
-  return _mm512_load_si512(lanes);
-}
-
-// k_zero[j .. j + P) as int32, repeated R times to match dot_block's lanes.
-template <int P>
-HEARTH_SDPA_INLINE __m512i zero_lanes(const std::int8_t* k_zero) {
-  if constexpr (P == 8) {
-    return _mm512_broadcast_i32x8(
-        _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(k_zero))));
-  }
-  if constexpr (P == 4) {
-    std::int32_t bytes = 0;
-    std::memcpy(&bytes, k_zero, 4);
-    return _mm512_broadcast_i32x4(_mm_cvtepi8_epi32(_mm_cvtsi32_si128(bytes)));
-  }
-  return _mm512_set1_epi32(k_zero[0]);
-}
-
 // (dot - z * sum) * q_scale * k_scale: the scores of one block.
 HEARTH_SDPA_INLINE __m512 finish(__m512i dot, __m512i zero, __m512i sum, __m512 q_scale,
                                  __m512 k_scale) {
@@ -174,9 +121,9 @@ HEARTH_SDPA_INLINE __m512 finish(__m512i dot, __m512i zero, __m512i sum, __m512 
 }
 
 template <int R, int P>
-void score_rows(const float* q, std::size_t ld_q, const std::int8_t* k, const float* k_scale,
-                const std::int8_t* k_zero, std::size_t n, std::size_t head_dim, float* s,
-                std::size_t ld_s) {
+void score_rows_i16(const float* q, std::size_t ld_q, const std::int8_t* k, const float* k_scale,
+                    const std::int8_t* k_zero, std::size_t n, std::size_t head_dim, float* s,
+                    std::size_t ld_s) {
   constexpr std::size_t kLd = kVnniMaxHeadDim;
   alignas(64) std::int16_t q16[R * kLd];
   float qs[R];
@@ -190,16 +137,16 @@ void score_rows(const float* q, std::size_t ld_q, const std::int8_t* k, const fl
   const __m512i sum = row_lanes<R, P>(sums), sum1 = row_lanes<R, 1>(sums);
   std::size_t j = 0;
   for (; j + P <= n; j += P) {
-    const __m512i v = dot_block<R, P>(q16, kLd, k + j * head_dim, head_dim);
+    const __m512i v = dot_block_i16<R, P>(q16, kLd, k + j * head_dim, head_dim);
     store_block<R, P>(
-        finish(v, zero_lanes<P>(k_zero + j), sum, q_scale, scale_lanes<P>(k_scale + j)), s + j,
+        finish(v, zero_lanes_i32<P>(k_zero + j), sum, q_scale, scale_lanes<P>(k_scale + j)), s + j,
         ld_s);
   }
   for (; j < n; ++j) {
-    const __m512i v = dot_block<R, 1>(q16, kLd, k + j * head_dim, head_dim);
+    const __m512i v = dot_block_i16<R, 1>(q16, kLd, k + j * head_dim, head_dim);
     store_block<R, 1>(
-        finish(v, zero_lanes<1>(k_zero + j), sum1, q_scale1, scale_lanes<1>(k_scale + j)), s + j,
-        ld_s);
+        finish(v, zero_lanes_i32<1>(k_zero + j), sum1, q_scale1, scale_lanes<1>(k_scale + j)),
+        s + j, ld_s);
   }
 }
 
@@ -208,22 +155,13 @@ void score_rows(const float* q, std::size_t ld_q, const std::int8_t* k, const fl
 void scores_q8_avx512vnni(const float* q, std::size_t ld_q, std::size_t rows, const float*,
                           const std::int8_t* k, const float* k_scale, const std::int8_t* k_zero,
                           std::size_t n, std::size_t head_dim, float* s, std::size_t ld_s) {
-  std::size_t r = 0;
-  for (; r + 4 <= rows; r += 4)
-    score_rows<4, 4>(q + r * ld_q, ld_q, k, k_scale, k_zero, n, head_dim, s + r * ld_s, ld_s);
-  switch (rows - r) {
-    case 3:
-      score_rows<3, 4>(q + r * ld_q, ld_q, k, k_scale, k_zero, n, head_dim, s + r * ld_s, ld_s);
-      break;
-    case 2:
-      score_rows<2, 8>(q + r * ld_q, ld_q, k, k_scale, k_zero, n, head_dim, s + r * ld_s, ld_s);
-      break;
-    case 1:
-      score_rows<1, 8>(q + r * ld_q, ld_q, k, k_scale, k_zero, n, head_dim, s + r * ld_s, ld_s);
-      break;
-    default:
-      break;
-  }
+  for_each_row_block(rows, [&]<int R>(std::size_t r) {
+    score_rows_i16<R, kScorePositions[R]>(q + r * ld_q, ld_q, k, k_scale, k_zero, n, head_dim,
+                                          s + r * ld_s, ld_s);
+  });
 }
+
+const AttentionKernels kAvx512VnniAttention =
+    attention_kernels(scores_q8_avx512vnni, kVnniMaxHeadDim);
 
 }  // namespace hearth::kernels::internal

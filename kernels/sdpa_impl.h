@@ -88,10 +88,11 @@ extern const AttentionKernels kScalarAttention;
 extern const AttentionKernels kAvx2Attention;
 // AVX-512: head_dim a multiple of 16.
 extern const AttentionKernels kAvx512Attention;
-// AVX-512 VNNI: kAvx512Attention with scores_q8_avx512vnni, head_dim a
-// multiple of 16 up to kVnniMaxHeadDim. Defined in sdpa_avx512.cc beside the
-// functions it shares (a table of function addresses is initialized at
-// compile time: no code of an ISA file runs before dispatch picks it).
+// AVX-512 VNNI: kAvx512Attention's loops with scores_q8_avx512vnni, head_dim
+// a multiple of 16 up to kVnniMaxHeadDim. Each SIMD table is defined in its
+// ISA's file (the loops are kernels/sdpa_simd_body.h, compiled per ISA); a
+// table of function addresses is initialized at compile time, so no code of
+// an ISA file runs before dispatch picks it.
 extern const AttentionKernels kAvx512VnniAttention;
 
 // AVX-512 VNNI replaces AVX-512's scores_q8 with this one (int16 query rows,

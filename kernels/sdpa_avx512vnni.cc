@@ -31,7 +31,8 @@ namespace {
 
 #include "kernels/sdpa_lanes_avx512.h"
 // For the body's row_lanes of integer sums (declared before the body, so its
-// templates find it).
+// templates find it; the using-declaration keeps the float overload visible).
+using avx512::loadu;
 HEARTH_SDPA_INLINE __m512i loadu(const std::int32_t* p) { return _mm512_loadu_si512(p); }
 #include "kernels/sdpa_simd_body.h"
 

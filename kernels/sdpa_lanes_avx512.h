@@ -4,52 +4,14 @@
 // inside each unit's anonymous namespace, so each compiles its own copy with
 // its own flags.
 
-using Vec = __m512;
-constexpr std::size_t kLanes = 16;
+using namespace avx512;  // the primitives of kernels/sdpa_simd_body.h
 // With 32 registers the score blocks hold up to 16 accumulators and the
 // accumulation 4 vectors per row.
 constexpr int kScorePositions[5] = {0, 8, 8, 4, 4};
 constexpr int kAccVectors = 4;
 
-HEARTH_SDPA_INLINE Vec zero() { return _mm512_setzero_ps(); }
-HEARTH_SDPA_INLINE Vec set1(float x) { return _mm512_set1_ps(x); }
-HEARTH_SDPA_INLINE Vec loadu(const float* p) { return _mm512_loadu_ps(p); }
-HEARTH_SDPA_INLINE void storeu(float* p, Vec v) { _mm512_storeu_ps(p, v); }
-HEARTH_SDPA_INLINE Vec add(Vec a, Vec b) { return _mm512_add_ps(a, b); }
-HEARTH_SDPA_INLINE Vec sub(Vec a, Vec b) { return _mm512_sub_ps(a, b); }
-HEARTH_SDPA_INLINE Vec mul(Vec a, Vec b) { return _mm512_mul_ps(a, b); }
-HEARTH_SDPA_INLINE Vec max(Vec a, Vec b) { return _mm512_max_ps(a, b); }
-HEARTH_SDPA_INLINE Vec min(Vec a, Vec b) { return _mm512_min_ps(a, b); }
-HEARTH_SDPA_INLINE Vec fmadd(Vec a, Vec b, Vec c) { return _mm512_fmadd_ps(a, b, c); }
-HEARTH_SDPA_INLINE Vec fnmadd(Vec a, Vec b, Vec c) { return _mm512_fnmadd_ps(a, b, c); }
-HEARTH_SDPA_INLINE Vec fmsub(Vec a, Vec b, Vec c) { return _mm512_fmsub_ps(a, b, c); }
-HEARTH_SDPA_INLINE float reduce_add(Vec v) { return _mm512_reduce_add_ps(v); }
-HEARTH_SDPA_INLINE float reduce_max(Vec v) { return _mm512_reduce_max_ps(v); }
-HEARTH_SDPA_INLINE float first_lane(Vec v) { return _mm512_cvtss_f32(v); }
-HEARTH_SDPA_INLINE Vec round_nearest(Vec v) {
-  return _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
-}
-HEARTH_SDPA_INLINE Vec times_pow2(Vec y, Vec n) { return _mm512_scalef_ps(y, n); }
-HEARTH_SDPA_INLINE Vec keep_at_least(Vec x, float bound, Vec v) {
-  return _mm512_maskz_mov_ps(_mm512_cmp_ps_mask(x, _mm512_set1_ps(bound), _CMP_GE_OQ), v);
-}
-
-HEARTH_SDPA_INLINE Vec load_row(const std::int8_t* p) {
-  return _mm512_cvtepi32_ps(
-      _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
-}
-HEARTH_SDPA_INLINE Vec load_row(const float* p) { return _mm512_loadu_ps(p); }
-HEARTH_SDPA_INLINE Vec load_zero_points(const std::int8_t* p) { return load_row(p); }
-
-HEARTH_SDPA_INLINE Vec load_first(const float* p, std::size_t n, float fill) {
-  return _mm512_mask_loadu_ps(_mm512_set1_ps(fill), avx512::tail_mask(n), p);
-}
-HEARTH_SDPA_INLINE Vec keep_first(Vec v, std::size_t n) {
-  return _mm512_maskz_mov_ps(avx512::tail_mask(n), v);
-}
-HEARTH_SDPA_INLINE void store_first(float* p, Vec v, std::size_t n) {
-  _mm512_mask_storeu_ps(p, avx512::tail_mask(n), v);
-}
+HEARTH_SDPA_INLINE Vec load_row(const std::int8_t* p) { return load_i8(p); }
+HEARTH_SDPA_INLINE Vec load_row(const float* p) { return loadu(p); }
 
 // Lane i of the result is the sum of the lanes of a[i]: a transpose tree of
 // 15 adds for 16 sums. `V` is __m512 or __m512i; the shuffles move 32-bit

@@ -16,18 +16,11 @@
 // (z * sum(q)) and one short dot product per output row and tile
 // (zero_offsets), subtracted when the accumulators are loaded.
 //
-// Primitives each ISA defines before including this file (all inline):
-//   Vec, kLanes                  the float vector type and its lane count
-//   zero(), set1(f), loadu(p), storeu(p, v), add, sub, mul, max,
-//   fmadd(a, b, c) = a*b + c, fnmadd(a, b, c) = c - a*b, fmsub(a, b, c) = a*b - c
+// Primitives: the float-vector set of kernels/simd_avx2.h / simd_avx512.h
+// (Vec, kLanes, loadu, fmadd, reduce_add, load_first, ...), brought in by a
+// using-directive, and the attention-specific ones each ISA defines:
 //   load_row(const int8_t* | const float*)  kLanes elements as floats
 //   reduce_lanes(const Vec a[kLanes])       lane i = sum of a[i]'s lanes
-//   reduce_add(v), reduce_max(v), first_lane(v)
-//   min, round_nearest(v), times_pow2(y, n) = y * 2^n (n integral),
-//   keep_at_least(x, bound, v) = v where x >= bound, else 0
-//   load_first(p, n, fill)        lanes [0, n) from p, the rest `fill` (n < kLanes)
-//   keep_first(v, n), store_first(p, v, n)   the same for lanes kept / stored
-//   load_zero_points(const int8_t*)          kLanes int8 as floats
 //   scale_lanes<P>(k_scale), zero_lanes<P>(k_zero)
 //                                 P consecutive values repeated over the lanes
 //   kScorePositions[R]            P of the score block of R rows (R = 1..4)
@@ -36,23 +29,11 @@
 // The tile's positions are consumed in blocks of P, then one at a time;
 // head_dim must be a multiple of kLanes (the table's head_dim_multiple).
 
-// exp(x) for x <= 88 (Cephes polynomial, ~2 ulp); 0 below -80, where a
-// softmax weight is under 2e-35 of the row's largest (which is 1) and would
-// only produce denormals.
-HEARTH_SDPA_INLINE Vec exp_lanes(Vec x) {
-  const Vec xc = min(max(x, set1(-80.0f)), set1(88.0f));
-  const Vec n = round_nearest(mul(xc, set1(1.44269504088896341f)));
-  Vec r = fnmadd(n, set1(0.693359375f), xc);
-  r = fnmadd(n, set1(-2.12194440e-4f), r);
-  Vec y = set1(1.9875691500e-4f);
-  y = fmadd(y, r, set1(1.3981999507e-3f));
-  y = fmadd(y, r, set1(8.3334519073e-3f));
-  y = fmadd(y, r, set1(4.1665795894e-2f));
-  y = fmadd(y, r, set1(1.6666665459e-1f));
-  y = fmadd(y, r, set1(5.0000001201e-1f));
-  y = fmadd(y, mul(r, r), add(r, set1(1.0f)));
-  return keep_at_least(x, -80.0f, times_pow2(y, n));  // n in [-116, 127]
-}
+#include "kernels/simd_exp_body.h"
+
+// exp(x), but 0 below -80: a softmax weight there is under 2e-35 of the
+// row's largest (which is 1) and would only produce denormals.
+HEARTH_SDPA_INLINE Vec softmax_exp(Vec x) { return keep_at_least(x, -80.0f, exp_lanes(x)); }
 
 // Calls fn.template operator()<R>(r) for the query rows [r, r + R) of
 // `rows`, in blocks of 4 and one block of the 1-3 rows left.
@@ -172,19 +153,19 @@ float softmax_row(float* s, std::size_t n_valid, std::size_t n, const float* v_s
   if (j < n_valid) vmax = max(vmax, load_first(s + j, n_valid - j, neg_inf));
   const float mx = reduce_max(vmax);
   const float m_new = mx > *m ? mx : *m;
-  const float corr = first_lane(exp_lanes(set1(*m - m_new)));
+  const float corr = first_lane(softmax_exp(set1(*m - m_new)));
   const Vec vm = set1(m_new);
   Vec sum = zero();
   for (j = 0; j + kLanes <= n_valid; j += kLanes) {
-    const Vec e = exp_lanes(sub(loadu(s + j), vm));
+    const Vec e = softmax_exp(sub(loadu(s + j), vm));
     sum = add(sum, e);
     storeu(s + j, v_scale != nullptr ? mul(e, loadu(v_scale + j)) : e);
   }
   if (j < n_valid) {
     const std::size_t left = n_valid - j;
-    const Vec e = keep_first(exp_lanes(sub(load_first(s + j, left, 0.0f), vm)), left);
+    const Vec e = keep_first(softmax_exp(sub(load_first(s + j, left), vm)), left);
     sum = add(sum, e);
-    store_first(s + j, v_scale != nullptr ? mul(e, load_first(v_scale + j, left, 0.0f)) : e, left);
+    store_first(s + j, v_scale != nullptr ? mul(e, load_first(v_scale + j, left)) : e, left);
   }
   for (j = n_valid; j < n; ++j) s[j] = 0.0f;
   *l = *l * corr + reduce_add(sum);
@@ -230,7 +211,7 @@ HEARTH_SDPA_INLINE void zero_offsets(const float* w, std::size_t ld_w, const std
   for (int r = 0; r < R; ++r) sum[r] = zero();
   std::size_t j = 0;
   for (; j + kLanes <= n; j += kLanes) {
-    const Vec z = load_zero_points(zero_pts + j);
+    const Vec z = load_i8(zero_pts + j);
     for (int r = 0; r < R; ++r) sum[r] = fmadd(loadu(w + r * ld_w + j), z, sum[r]);
   }
   for (int r = 0; r < R; ++r) {

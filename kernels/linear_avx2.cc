@@ -14,7 +14,9 @@
 // registers, so it runs 1 row group x 2 tokens at a time within a tile.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "kernels/linear_impl.h"
 #include "kernels/simd_avx2.h"
@@ -22,144 +24,51 @@
 namespace hearth::kernels::internal {
 namespace {
 
-using avx2::broadcast4;
-using avx2::hmax;
-using avx2::hsum;
+using namespace avx2;  // float primitives of kernels/linear_tile_body.h
 
-// Row groups [g, g + G) (2G halves of 8 rows) x tokens [j0, j0 + T) of
-// token tile `tile`, whose width is n (pointer walk as in
-// linear_avx512vnni.cc). kWidth, when not 0, is n known at compile time (the
-// decode GEMV's 1), so its address arithmetic folds into constants.
-template <int G, int T, bool kQ4, bool kPerToken, std::size_t kWidth = 0>
-void tile(const PackedWeights& w, const QuantizedActivations& a, std::size_t g, std::size_t tile,
-          std::size_t j0, std::size_t width, float* y, std::size_t ldy) {
-  const std::size_t n = kWidth != 0 ? kWidth : width;
-  constexpr int H = 2 * G;
-  constexpr std::size_t kBlockBytes = kQ4 ? kQ4BlockBytes : kQ8BlockBytes;
-  const std::size_t gs = w.group_stride;
-  const std::size_t tile_first = tile * a.tile_tokens;  // the activation tile's first token
-  const std::size_t first = tile_first + j0;            // this register tile's
-  // Half h of the tile: group h / 2, rows 8 (h % 2) .. +8: bytes 32 (h % 2)
-  // of each 64-byte step, scales 16 (h % 2) of each block's 32.
-  const std::uint8_t* wp = w.data + g * gs;
-  const std::uint8_t* sp = wp + w.scales_offset;
-  const std::int8_t* xp = a.q + tile * a.q_tile_stride + 4 * j0;
-  const std::int32_t* bp = a.bias + tile_first * a.blocks + j0;
-  const float* dp = a.d + (kPerToken ? first : tile_first * a.blocks + j0);
-  const __m256i low4 = _mm256_set1_epi8(0x0f);
-  const __m256i sign8 = _mm256_set1_epi8(static_cast<char>(0x80));
-  const __m256i ones16 = _mm256_set1_epi16(1);
-  __m256 facc[H][T];
-#pragma GCC unroll 8
-  for (int h = 0; h < H; ++h)
-#pragma GCC unroll 8
-    for (int j = 0; j < T; ++j) facc[h][j] = _mm256_setzero_ps();
-
-  for (std::size_t b = 0; b < a.blocks; ++b) {
-    __m256i acc[H][T];
-#pragma GCC unroll 8
-    for (int h = 0; h < H; ++h)
-#pragma GCC unroll 8
-      for (int j = 0; j < T; ++j) acc[h][j] = _mm256_setzero_si256();
-    if constexpr (kQ4) {
-      // int16 pair sums over the whole block, widened once.
-#pragma GCC unroll 4
-      for (int c = 0; c < 4; ++c) {
-        __m256i lo[H], hi[H];
-#pragma GCC unroll 8
-        for (int h = 0; h < H; ++h) {
-          const __m256i raw = _mm256_load_si256(
-              reinterpret_cast<const __m256i*>(wp + (h / 2) * gs + 32 * (h % 2) + 64 * c));
-          lo[h] = _mm256_and_si256(raw, low4);
-          hi[h] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
-        }
-#pragma GCC unroll 8
-        for (int j = 0; j < T; ++j) {
-          const __m256i xlo = broadcast4(xp + 4 * n * c + 4 * j);
-          const __m256i xhi = broadcast4(xp + 4 * n * (c + 4) + 4 * j);
-#pragma GCC unroll 8
-          for (int h = 0; h < H; ++h) {
-            acc[h][j] = _mm256_add_epi16(acc[h][j], _mm256_maddubs_epi16(lo[h], xlo));
-            acc[h][j] = _mm256_add_epi16(acc[h][j], _mm256_maddubs_epi16(hi[h], xhi));
-          }
-        }
-      }
-#pragma GCC unroll 8
-      for (int j = 0; j < T; ++j) {
-        const __m256i init = _mm256_set1_epi32(bp[j]);
-#pragma GCC unroll 8
-        for (int h = 0; h < H; ++h)
-          acc[h][j] = _mm256_add_epi32(init, _mm256_madd_epi16(acc[h][j], ones16));
-      }
-    } else {
-      // Signed weights: the plain dot product, no bias to remove.
-#pragma GCC unroll 8
-      for (int s = 0; s < 8; ++s) {
-        __m256i ws[H], aw[H];
-#pragma GCC unroll 8
-        for (int h = 0; h < H; ++h) {
-          ws[h] = _mm256_xor_si256(_mm256_load_si256(reinterpret_cast<const __m256i*>(
-                                       wp + (h / 2) * gs + 32 * (h % 2) + 64 * s)),
-                                   sign8);
-          aw[h] = _mm256_abs_epi8(ws[h]);
-        }
-#pragma GCC unroll 8
-        for (int j = 0; j < T; ++j) {
-          const __m256i xv = broadcast4(xp + 4 * n * s + 4 * j);
-#pragma GCC unroll 8
-          for (int h = 0; h < H; ++h) {
-            const __m256i p = _mm256_maddubs_epi16(aw[h], _mm256_sign_epi8(xv, ws[h]));
-            acc[h][j] = _mm256_add_epi32(acc[h][j], _mm256_madd_epi16(p, ones16));
-          }
-        }
-      }
-    }
-#pragma GCC unroll 8
-    for (int h = 0; h < H; ++h) {
-      const __m256 dw = _mm256_cvtph_ps(
-          _mm_load_si128(reinterpret_cast<const __m128i*>(sp + (h / 2) * gs + 16 * (h % 2))));
-#pragma GCC unroll 8
-      for (int j = 0; j < T; ++j) {
-        const __m256 fdot = _mm256_cvtepi32_ps(acc[h][j]);
-        if constexpr (kPerToken) {
-          facc[h][j] = _mm256_fmadd_ps(fdot, dw, facc[h][j]);
-        } else {
-          facc[h][j] = _mm256_fmadd_ps(fdot, _mm256_mul_ps(dw, _mm256_set1_ps(dp[j])), facc[h][j]);
-        }
-      }
-    }
-    wp += kBlockBytes;
-    sp += kScaleBytes;
-    xp += 4 * n * 8;
-    bp += n;
-    if constexpr (!kPerToken) dp += n;
-  }
-
-#pragma GCC unroll 4
-  for (int i = 0; i < G; ++i) {
-    const std::size_t row0 = (g + i) * kGroupRows;
-    const std::size_t rows = w.n_out - row0 >= kGroupRows ? kGroupRows : w.n_out - row0;
-#pragma GCC unroll 8
-    for (int j = 0; j < T; ++j) {
-      __m256 v0 = facc[2 * i][j], v1 = facc[2 * i + 1][j];
-      if constexpr (kPerToken) {
-        const __m256 s = _mm256_set1_ps(dp[j]);
-        v0 = _mm256_mul_ps(v0, s);
-        v1 = _mm256_mul_ps(v1, s);
-      }
-      float* out = y + (first + j) * ldy + row0;
-      if (rows == kGroupRows) {
-        _mm256_storeu_ps(out, v0);
-        _mm256_storeu_ps(out + 8, v1);
-      } else {
-        alignas(32) float tmp[kGroupRows];
-        _mm256_store_ps(tmp, v0);
-        _mm256_store_ps(tmp + 8, v1);
-        for (std::size_t r = 0; r < rows; ++r) out[r] = tmp[r];
-      }
-    }
-  }
+// The dot core of kernels/linear_tile_body.h: vpmaddubsw's u8 x s8 pairs.
+using IVec = __m256i;
+inline IVec load_unit(const std::uint8_t* p) {
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(p));
 }
+inline Vec unit_scales(const std::uint8_t* p) {
+  return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(p)));
+}
+inline Vec to_float(IVec v) { return _mm256_cvtepi32_ps(v); }
+inline IVec low_nibbles(IVec v) { return _mm256_and_si256(v, _mm256_set1_epi8(0x0f)); }
+inline IVec high_nibbles(IVec v) { return low_nibbles(_mm256_srli_epi16(v, 4)); }
+// Q4_0 sums int16 pairs over the whole block and widens them once, adding
+// the bias; Q8_0 recovers signed weights, so it has no bias to remove.
+template <bool kQ4>
+inline IVec block_start(const std::int32_t*) {
+  return _mm256_setzero_si256();
+}
+inline IVec q4_products(IVec acc, IVec lo, IVec hi, IVec xlo, IVec xhi) {
+  acc = _mm256_add_epi16(acc, _mm256_maddubs_epi16(lo, xlo));
+  return _mm256_add_epi16(acc, _mm256_maddubs_epi16(hi, xhi));
+}
+template <bool kQ4>
+inline IVec block_finish(IVec acc, const std::int32_t* bias) {
+  if constexpr (kQ4) {
+    return _mm256_add_epi32(_mm256_set1_epi32(*bias), _mm256_madd_epi16(acc, _mm256_set1_epi16(1)));
+  }
+  return acc;
+}
+// Q8_0: |w| (a valid u8 even for w = -128) times x carrying w's sign.
+struct Q8Unit {
+  IVec signed_w, abs_w;
+};
+inline Q8Unit q8_unit(IVec stored) {
+  const IVec ws = _mm256_xor_si256(stored, _mm256_set1_epi8(static_cast<char>(0x80)));
+  return {ws, _mm256_abs_epi8(ws)};
+}
+inline IVec q8_products(IVec acc, const Q8Unit& u, IVec x) {
+  const IVec p = _mm256_maddubs_epi16(u.abs_w, _mm256_sign_epi8(x, u.signed_w));
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
+}
+constexpr std::size_t kQ4DecodePrefetchBlocks = 0;
+
+#include "kernels/linear_tile_body.h"
 
 // Q4_0: one half (8 rows) of row group g x all T tokens of token tile
 // `tile` (T is the tile's width). The half's block is unpacked once into 8

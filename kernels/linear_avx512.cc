@@ -12,7 +12,9 @@
 //    (30480) and are widened once per block.
 #include <immintrin.h>
 
+#include <algorithm>
 #include <cstring>
+#include <utility>
 
 #include "kernels/linear_impl.h"
 #include "kernels/simd_avx512.h"
@@ -20,165 +22,57 @@
 namespace hearth::kernels::internal {
 namespace {
 
-using avx512::broadcast4;
+using namespace avx512;  // float primitives of kernels/linear_tile_body.h
 
-inline __mmask16 row_mask(std::size_t n_out, std::size_t g) {
-  const std::size_t first = g * kGroupRows;
-  const std::size_t rows = n_out - first >= kGroupRows ? kGroupRows : n_out - first;
-  return static_cast<__mmask16>((1u << rows) - 1u);
+// The dot core of kernels/linear_tile_body.h: vpmaddubsw's u8 x s8 pairs
+// (see above for why nothing saturates).
+using IVec = __m512i;
+inline IVec load_unit(const std::uint8_t* p) { return _mm512_load_si512(p); }
+inline Vec unit_scales(const std::uint8_t* p) {
+  return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(p)));
 }
-
-// Row groups [g, g + G) x the T tokens of token tile `tile` (pointer walk as
-// in linear_avx512vnni.cc).
-template <int G, int T, bool kQ4, bool kPerToken>
-void tile(const PackedWeights& w, const QuantizedActivations& a, std::size_t g, std::size_t tile,
-          float* y, std::size_t ldy) {
-  constexpr std::size_t kBlockBytes = kQ4 ? kQ4BlockBytes : kQ8BlockBytes;
-  const std::size_t gs = w.group_stride;
-  const std::size_t first = tile * a.tile_tokens;
-  const std::uint8_t* wp = w.data + g * gs;
-  const std::uint8_t* sp = wp + w.scales_offset;
-  const std::int8_t* xp = a.q + tile * a.q_tile_stride;
-  const std::int32_t* bp = a.bias + first * a.blocks;
-  const float* dp = a.d + (kPerToken ? first : first * a.blocks);
-  const __m512i low4 = _mm512_set1_epi8(0x0f);
-  const __m512i sign8 = _mm512_set1_epi8(static_cast<char>(0x80));
-  const __m512i ones16 = _mm512_set1_epi16(1);
-  const __m512i zero = _mm512_setzero_si512();
-  __m512 facc[G][T];
-#pragma GCC unroll 4
-  for (int i = 0; i < G; ++i)
-#pragma GCC unroll 8
-    for (int j = 0; j < T; ++j) facc[i][j] = _mm512_setzero_ps();
-
-  for (std::size_t b = 0; b < a.blocks; ++b) {
-    __m512i acc[G][T];
-#pragma GCC unroll 4
-    for (int i = 0; i < G; ++i)
-#pragma GCC unroll 8
-      for (int j = 0; j < T; ++j) acc[i][j] = zero;
-    if constexpr (kQ4) {
-      // int16 pair sums over the whole block, widened once.
-#pragma GCC unroll 4
-      for (int c = 0; c < 4; ++c) {
-        __m512i lo[G], hi[G];
-#pragma GCC unroll 4
-        for (int i = 0; i < G; ++i) {
-          const __m512i raw = _mm512_load_si512(wp + i * gs + 64 * c);
-          lo[i] = _mm512_and_si512(raw, low4);
-          hi[i] = _mm512_and_si512(_mm512_srli_epi16(raw, 4), low4);
-        }
-#pragma GCC unroll 8
-        for (int j = 0; j < T; ++j) {
-          const __m512i xlo = broadcast4(xp + 4 * T * c + 4 * j);
-          const __m512i xhi = broadcast4(xp + 4 * T * (c + 4) + 4 * j);
-#pragma GCC unroll 4
-          for (int i = 0; i < G; ++i) {
-            acc[i][j] = _mm512_add_epi16(acc[i][j], _mm512_maddubs_epi16(lo[i], xlo));
-            acc[i][j] = _mm512_add_epi16(acc[i][j], _mm512_maddubs_epi16(hi[i], xhi));
-          }
-        }
-      }
-#pragma GCC unroll 8
-      for (int j = 0; j < T; ++j) {
-        const __m512i init = _mm512_set1_epi32(bp[j]);
-#pragma GCC unroll 4
-        for (int i = 0; i < G; ++i)
-          acc[i][j] = _mm512_add_epi32(init, _mm512_madd_epi16(acc[i][j], ones16));
-      }
-    } else {
-      // Signed weights: the plain dot product, no bias to remove.
-#pragma GCC unroll 8
-      for (int s = 0; s < 8; ++s) {
-        __m512i aw[G];
-        __mmask64 neg[G];
-#pragma GCC unroll 4
-        for (int i = 0; i < G; ++i) {
-          const __m512i wv = _mm512_xor_si512(_mm512_load_si512(wp + i * gs + 64 * s), sign8);
-          aw[i] = _mm512_abs_epi8(wv);
-          neg[i] = _mm512_movepi8_mask(wv);
-        }
-#pragma GCC unroll 8
-        for (int j = 0; j < T; ++j) {
-          const __m512i xv = broadcast4(xp + 4 * T * s + 4 * j);
-#pragma GCC unroll 4
-          for (int i = 0; i < G; ++i) {
-            const __m512i xs = _mm512_mask_sub_epi8(xv, neg[i], zero, xv);
-            acc[i][j] = _mm512_add_epi32(
-                acc[i][j], _mm512_madd_epi16(_mm512_maddubs_epi16(aw[i], xs), ones16));
-          }
-        }
-      }
-    }
-#pragma GCC unroll 4
-    for (int i = 0; i < G; ++i) {
-      const __m512 dw =
-          _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(sp + i * gs)));
-#pragma GCC unroll 8
-      for (int j = 0; j < T; ++j) {
-        const __m512 fdot = _mm512_cvtepi32_ps(acc[i][j]);
-        if constexpr (kPerToken) {
-          facc[i][j] = _mm512_fmadd_ps(fdot, dw, facc[i][j]);
-        } else {
-          facc[i][j] = _mm512_fmadd_ps(fdot, _mm512_mul_ps(dw, _mm512_set1_ps(dp[j])), facc[i][j]);
-        }
-      }
-    }
-    wp += kBlockBytes;
-    sp += kScaleBytes;
-    xp += 4 * T * 8;
-    bp += T;
-    if constexpr (!kPerToken) dp += T;
-  }
-
-#pragma GCC unroll 4
-  for (int i = 0; i < G; ++i) {
-    const __mmask16 mask = row_mask(w.n_out, g + i);
-#pragma GCC unroll 8
-    for (int j = 0; j < T; ++j) {
-      __m512 v = facc[i][j];
-      if constexpr (kPerToken) v = _mm512_mul_ps(v, _mm512_set1_ps(dp[j]));
-      float* out = y + (first + j) * ldy + (g + i) * kGroupRows;
-      if (mask == 0xffff) {
-        _mm512_storeu_ps(out, v);
-      } else {
-        _mm512_mask_storeu_ps(out, mask, v);
-      }
-    }
-  }
+inline Vec to_float(IVec v) { return _mm512_cvtepi32_ps(v); }
+inline IVec low_nibbles(IVec v) { return _mm512_and_si512(v, _mm512_set1_epi8(0x0f)); }
+inline IVec high_nibbles(IVec v) { return low_nibbles(_mm512_srli_epi16(v, 4)); }
+template <bool kQ4>
+inline IVec block_start(const std::int32_t*) {
+  return _mm512_setzero_si512();
 }
-
-template <int G, bool kQ4, bool kPerToken>
-void tile_n(std::size_t tokens, const PackedWeights& w, const QuantizedActivations& a,
-            std::size_t g, std::size_t tile_index, float* y, std::size_t ldy) {
-  switch (tokens) {
-    case 1:
-      return tile<G, 1, kQ4, kPerToken>(w, a, g, tile_index, y, ldy);
-    case 2:
-      return tile<G, 2, kQ4, kPerToken>(w, a, g, tile_index, y, ldy);
-    case 3:
-      return tile<G, 3, kQ4, kPerToken>(w, a, g, tile_index, y, ldy);
-    default:
-      return tile<G, 4, kQ4, kPerToken>(w, a, g, tile_index, y, ldy);
-  }
+inline IVec q4_products(IVec acc, IVec lo, IVec hi, IVec xlo, IVec xhi) {
+  acc = _mm512_add_epi16(acc, _mm512_maddubs_epi16(lo, xlo));
+  return _mm512_add_epi16(acc, _mm512_maddubs_epi16(hi, xhi));
 }
+template <bool kQ4>
+inline IVec block_finish(IVec acc, const std::int32_t* bias) {
+  if constexpr (kQ4) {
+    return _mm512_add_epi32(_mm512_set1_epi32(*bias), _mm512_madd_epi16(acc, _mm512_set1_epi16(1)));
+  }
+  return acc;
+}
+// Q8_0: |w| times x negated where w < 0 (no vpsignb on zmm: a masked
+// subtraction instead).
+struct Q8Unit {
+  IVec abs_w;
+  __mmask64 negative;
+};
+inline Q8Unit q8_unit(IVec stored) {
+  const IVec ws = _mm512_xor_si512(stored, _mm512_set1_epi8(static_cast<char>(0x80)));
+  return {_mm512_abs_epi8(ws), _mm512_movepi8_mask(ws)};
+}
+inline IVec q8_products(IVec acc, const Q8Unit& u, IVec x) {
+  const IVec xs = _mm512_mask_sub_epi8(x, u.negative, _mm512_setzero_si512(), x);
+  return _mm512_add_epi32(
+      acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u.abs_w, xs), _mm512_set1_epi16(1)));
+}
+constexpr std::size_t kQ4DecodePrefetchBlocks = 0;
 
-static_assert(kTileTokensAvx512 == 4, "tile_n covers 1..4 tokens");
+#include "kernels/linear_tile_body.h"
 
 template <bool kQ4, bool kPerToken>
 void run(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0, std::size_t g1,
          std::size_t t0, std::size_t t1, float* y, std::size_t ldy) {
-  const std::size_t tt = a.tile_tokens;
-  const std::size_t p0 = t0 / tt, p1 = (t1 + tt - 1) / tt;
-  auto tokens = [&](std::size_t p) { return a.m - p * tt < tt ? a.m - p * tt : tt; };
-  std::size_t g = g0;
-  if (p1 - p0 == 1 && tokens(p0) == 1) {
-    for (; g + 4 <= g1; g += 4) tile<4, 1, kQ4, kPerToken>(w, a, g, p0, y, ldy);
-  }
-  for (; g + 2 <= g1; g += 2)
-    for (std::size_t p = p0; p < p1; ++p) tile_n<2, kQ4, kPerToken>(tokens(p), w, a, g, p, y, ldy);
-  if (g < g1)
-    for (std::size_t p = p0; p < p1; ++p) tile_n<1, kQ4, kPerToken>(tokens(p), w, a, g, p, y, ldy);
+  run_in_group_pairs<kQ4, kPerToken, static_cast<int>(kTileTokensAvx512), false>(w, a, g0, g1, t0,
+                                                                                 t1, y, ldy);
 }
 
 }  // namespace

@@ -95,42 +95,46 @@ absl::StatusOr<Linear> Linear::allocate_packed(Format format, std::size_t n_out,
   return l;
 }
 
-absl::StatusOr<Linear> Linear::from_q8_0(const BlockQ8_0* w, std::size_t n_out, std::size_t n_in) {
+// Packs n_out rows of GGUF blocks into the row-group layout of
+// kernels/linear_impl.h: `place(src, dst)` writes one block's integer
+// weights for row r of its group at dst (= the group's block + 4r), and the
+// block's fp16 scale goes to the group's scale array.
+template <typename Block, typename Place>
+absl::StatusOr<Linear> Linear::pack_blocks(Format format, const Block* w, std::size_t n_out,
+                                           std::size_t n_in, const char* what, Place place) {
   HEARTH_RETURN_IF_ERROR(check_shape(n_out, n_in, true));
-  if (w == nullptr) return absl::InvalidArgumentError("Linear::from_q8_0: w is null");
-  HEARTH_ASSIGN_OR_RETURN(auto l, allocate_packed(Format::kQ8_0, n_out, n_in));
+  if (w == nullptr)
+    return absl::InvalidArgumentError(absl::StrCat("Linear::", what, ": w is null"));
+  HEARTH_ASSIGN_OR_RETURN(auto l, allocate_packed(format, n_out, n_in));
   const std::size_t blocks = n_in / kQuantGroup;
+  const std::size_t block_bytes = format == Format::kQ8_0 ? kQ8BlockBytes : kQ4BlockBytes;
   for (std::size_t row = 0; row < n_out; ++row) {
     const std::size_t r = row % kGroupRows;
     std::uint8_t* group = l.packed_.get() + row / kGroupRows * l.group_stride_;
     for (std::size_t b = 0; b < blocks; ++b) {
-      const BlockQ8_0& src = w[row * blocks + b];
-      std::uint8_t* dst = group + b * kQ8BlockBytes + r * 4;
-      for (std::size_t s = 0; s < 8; ++s)
-        for (std::size_t j = 0; j < 4; ++j)
-          dst[s * 64 + j] = static_cast<std::uint8_t>(src.qs[4 * s + j]) ^ 0x80;  // w + 128
+      const Block& src = w[row * blocks + b];
+      place(src, group + b * block_bytes + r * 4);
       std::memcpy(group + l.scales_offset_ + b * kScaleBytes + 2 * r, &src.d, 2);
     }
   }
   return l;
 }
 
+absl::StatusOr<Linear> Linear::from_q8_0(const BlockQ8_0* w, std::size_t n_out, std::size_t n_in) {
+  return pack_blocks(Format::kQ8_0, w, n_out, n_in, "from_q8_0",
+                     [](const BlockQ8_0& src, std::uint8_t* dst) {
+                       for (std::size_t s = 0; s < 8; ++s)
+                         for (std::size_t j = 0; j < 4; ++j)  // w + 128
+                           dst[s * 64 + j] = static_cast<std::uint8_t>(src.qs[4 * s + j]) ^ 0x80;
+                     });
+}
+
 absl::StatusOr<Linear> Linear::from_q4_0(const BlockQ4_0* w, std::size_t n_out, std::size_t n_in) {
-  HEARTH_RETURN_IF_ERROR(check_shape(n_out, n_in, true));
-  if (w == nullptr) return absl::InvalidArgumentError("Linear::from_q4_0: w is null");
-  HEARTH_ASSIGN_OR_RETURN(auto l, allocate_packed(Format::kQ4_0, n_out, n_in));
-  const std::size_t blocks = n_in / kQuantGroup;
-  for (std::size_t row = 0; row < n_out; ++row) {
-    const std::size_t r = row % kGroupRows;
-    std::uint8_t* group = l.packed_.get() + row / kGroupRows * l.group_stride_;
-    for (std::size_t b = 0; b < blocks; ++b) {
-      const BlockQ4_0& src = w[row * blocks + b];
-      std::uint8_t* dst = group + b * kQ4BlockBytes + r * 4;
-      for (std::size_t c = 0; c < 4; ++c) std::memcpy(dst + c * 64, src.qs + 4 * c, 4);
-      std::memcpy(group + l.scales_offset_ + b * kScaleBytes + 2 * r, &src.d, 2);
-    }
-  }
-  return l;
+  return pack_blocks(Format::kQ4_0, w, n_out, n_in, "from_q4_0",
+                     [](const BlockQ4_0& src, std::uint8_t* dst) {
+                       for (std::size_t c = 0; c < 4; ++c)
+                         std::memcpy(dst + c * 64, src.qs + 4 * c, 4);
+                     });
 }
 
 absl::StatusOr<Linear> Linear::from_f32(const float* w, std::size_t n_out, std::size_t n_in) {

@@ -149,6 +149,9 @@ class Linear {
  private:
   Linear() = default;
   static absl::StatusOr<Linear> allocate_packed(Format format, std::size_t n_out, std::size_t n_in);
+  template <typename Block, typename Place>
+  static absl::StatusOr<Linear> pack_blocks(Format format, const Block* w, std::size_t n_out,
+                                            std::size_t n_in, const char* what, Place place);
   // The quantized path in two steps: activations into scratch, then the
   // matmul over them (split across the pool when large enough).
   absl::Status quantize_input(const float* x, std::size_t m, MemoryAllocator& scratch,

@@ -6,7 +6,7 @@
 
 #include "base/status_macros.h"
 #include "base/str_cat.h"
-#include "kernels/block_ops.h"
+#include "kernels/activation_ops.h"
 #include "kernels/embedding.h"
 #include "kernels/sdpa.h"
 

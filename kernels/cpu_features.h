@@ -53,7 +53,7 @@ class ScopedIsa {
 };
 
 // How every kernel family dispatches: a struct of function pointers
-// (BlockOpsKernels, LinearKernels, AttentionKernels, KvCacheKernels,
+// (ActivationOpsKernels, LinearKernels, AttentionKernels, KvCacheKernels,
 // QuantizeKernels), one const table per ISA defined in that ISA's own file,
 // and one PerIsaTables in the family's dispatcher. An ISA without a table of
 // its own (nullptr) uses the nearest level below it that has one.

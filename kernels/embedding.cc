@@ -4,8 +4,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
-#include "kernels/block_ops.h"
-#include "kernels/block_ops_impl.h"
+#include "kernels/activation_ops.h"
+#include "kernels/activation_ops_impl.h"
 #include "kernels/gguf_blocks.h"
 
 namespace hearth::kernels {
@@ -38,7 +38,7 @@ absl::Status embedding_lookup(const void* table, DType type, std::size_t vocab, 
                                                 " is outside the vocabulary [0, ", vocab, ")"));
   }
 
-  const internal::BlockOpsKernels& k = internal::block_ops_kernels();
+  const internal::ActivationOpsKernels& k = internal::activation_ops_kernels();
   const std::size_t stride = row_bytes(type, dim);
   const auto* base = static_cast<const std::byte*>(table);
   auto rows = [&](std::size_t b, std::size_t e) {
@@ -64,10 +64,11 @@ absl::Status embedding_lookup(const void* table, DType type, std::size_t vocab, 
       }
     }
   };
-  if (pool == nullptr || pool->threads() <= 1 || n < 2 || n * dim < kBlockOpsParallelMinElements) {
+  if (pool == nullptr || pool->threads() <= 1 || n < 2 ||
+      n * dim < kActivationOpsParallelMinElements) {
     rows(0, n);
   } else {
-    pool->parallel_for(n, (kBlockOpsParallelMinElements + dim - 1) / dim, rows);
+    pool->parallel_for(n, (kActivationOpsParallelMinElements + dim - 1) / dim, rows);
   }
   return absl::OkStatus();
 }

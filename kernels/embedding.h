@@ -25,7 +25,7 @@ namespace hearth::kernels {
 //                    misaligned; dim 0; dim not a multiple of 32 for Q8_0 / Q4_0;
 //   OutOfRange       ids[t] < 0 or >= vocab (the message names t and the id).
 // Reads only the rows it needs; makes no heap allocation. `pool` splits tokens
-// when the lookup has at least kBlockOpsParallelMinElements output elements.
+// when the lookup has at least kActivationOpsParallelMinElements output elements.
 absl::Status embedding_lookup(const void* table, DType type, std::size_t vocab, std::size_t dim,
                               const std::int32_t* ids, std::size_t n, float* out,
                               ThreadPool* pool = nullptr);

@@ -28,9 +28,9 @@ constexpr std::size_t kMinParallelMacs = std::size_t{1} << 20;
 constexpr std::size_t kMinParallelGemvMacs = std::size_t{1} << 18;
 // Activation quantization goes to the pool from this many inputs (~50 us).
 constexpr std::size_t kMinParallelQuantize = std::size_t{1} << 16;
-// Row groups one thread takes at a time on the GEMV path: the GEMV kernel's
-// register tile.
-constexpr std::size_t kGemvUnit = 4;
+// A GEMV slice: the row groups one thread takes at a time on the GEMV path
+// (the GEMV kernel's register tile).
+constexpr std::size_t kGemvSliceGroups = 4;
 // From this many tokens the matmul is a GEMM: threads split the tokens when
 // there are too few row groups to split.
 constexpr std::size_t kGemmTokens = 8;
@@ -203,66 +203,69 @@ absl::Status Linear::forward_same_input(std::span<const Linear* const> layers, c
 
   internal::QuantizedActivations a{};
   HEARTH_RETURN_IF_ERROR(first.quantize_input(x, m, scratch, pool, aq, a));
-  const std::size_t units = m == 1 ? split_gemv_units(layers, pool) : 0;
-  if (units == 0) {
+  const std::size_t slices = m == 1 ? count_gemv_slices(layers, pool) : 0;
+  if (slices == 0) {
     for (std::size_t i = 0; i < layers.size(); ++i) layers[i]->run_quantized(a, ys[i], pool);
     return absl::OkStatus();
   }
-  // One token: a single parallel region over the row-group units of every
+  // One token: a single parallel region over the GEMV slices (kGemvSliceGroups row groups) of every
   // layer, in order, so no thread waits at the end of one layer while the
   // other still streams it.
   const internal::MatmulFn matmul = first.matmul_fn(a.per_token);
-  pool->parallel_for(units, 1, [&](std::size_t u0, std::size_t u1) {
+  pool->parallel_for(slices, 1, [&](std::size_t u0, std::size_t u1) {
     std::size_t base = 0;
     for (std::size_t i = 0; i < layers.size() && base < u1; ++i) {
       const Linear& l = *layers[i];
-      const std::size_t n_units = l.gemv_units();
+      const std::size_t n_slices = l.gemv_slices();
       const std::size_t lo = u0 > base ? u0 - base : 0;
-      const std::size_t hi = u1 - base < n_units ? u1 - base : n_units;
+      const std::size_t hi = u1 - base < n_slices ? u1 - base : n_slices;
       if (lo < hi) {
-        const std::size_t g1 = hi * kGemvUnit < l.groups_ ? hi * kGemvUnit : l.groups_;
-        matmul(l.packed_weights(), a, lo * kGemvUnit, g1, 0, 1, ys[i], l.n_out_);
+        const std::size_t g1 =
+            hi * kGemvSliceGroups < l.groups_ ? hi * kGemvSliceGroups : l.groups_;
+        matmul(l.packed_weights(), a, lo * kGemvSliceGroups, g1, 0, 1, ys[i], l.n_out_);
       }
-      base += n_units;
+      base += n_slices;
     }
   });
   return absl::OkStatus();
 }
 
-std::size_t Linear::gemv_units() const noexcept { return (groups_ + kGemvUnit - 1) / kGemvUnit; }
+std::size_t Linear::gemv_slices() const noexcept {
+  return (groups_ + kGemvSliceGroups - 1) / kGemvSliceGroups;
+}
 
-std::size_t Linear::split_gemv_units(std::span<const Linear* const> layers,
-                                     const ThreadPool* pool) {
+std::size_t Linear::count_gemv_slices(std::span<const Linear* const> layers,
+                                      const ThreadPool* pool) {
   if (pool == nullptr || pool->threads() <= 1 || layers.empty()) return 0;
-  std::size_t macs = 0, units = 0;
+  std::size_t macs = 0, slices = 0;
   for (const Linear* l : layers) {
     if (l->format_ == Format::kF32 || l->format_ != layers[0]->format_) return 0;
     macs += l->n_out_ * l->n_in_;
-    units += l->gemv_units();
+    slices += l->gemv_slices();
   }
-  return macs < kMinParallelGemvMacs ? 0 : units;
+  return macs < kMinParallelGemvMacs ? 0 : slices;
 }
 
 std::size_t Linear::hint_decode(std::span<const Linear* const> layers, ThreadPool* pool,
                                 std::size_t bytes_per_worker) {
-  const std::size_t units = bytes_per_worker == 0 ? 0 : split_gemv_units(layers, pool);
-  if (units == 0) return 0;
-  // The split of forward_same_input / run_quantized: parallel_for over units,
+  const std::size_t slices = bytes_per_worker == 0 ? 0 : count_gemv_slices(layers, pool);
+  if (slices == 0) return 0;
+  // The split of forward_same_input / run_quantized: parallel_for over slices,
   // worker t's range starting at chunk chunks * t / threads.
   const std::size_t threads = pool->threads();
-  const std::size_t chunks = pool->chunk_count(units, 1);
-  const std::size_t chunk = (units + chunks - 1) / chunks;
+  const std::size_t chunks = pool->chunk_count(slices, 1);
+  const std::size_t chunk = (slices + chunks - 1) / chunks;
   std::size_t told = 0;
   for (std::size_t t = 1; t < threads; ++t) {
     std::size_t u = chunks * t / threads * chunk;
     for (const Linear* l : layers) {
-      const std::size_t n_units = l->gemv_units();
-      if (u >= n_units) {
-        u -= n_units;
+      const std::size_t n_slices = l->gemv_slices();
+      if (u >= n_slices) {
+        u -= n_slices;
         continue;
       }
-      // A unit's row groups are adjacent: the worker reads its range from here on.
-      const std::size_t offset = u * kGemvUnit * l->group_stride_;
+      // A slice's row groups are adjacent: the worker reads its range from here on.
+      const std::size_t offset = u * kGemvSliceGroups * l->group_stride_;
       const std::size_t left = l->groups_ * l->group_stride_ - offset;
       pool->hint_next_region(t, l->packed_.get() + offset,
                              left < bytes_per_worker ? left : bytes_per_worker);
@@ -335,7 +338,7 @@ void Linear::run_quantized(const internal::QuantizedActivations& a, float* y,
   // Threads split the outputs, never the sum over n_in, so results do not
   // depend on the thread count. Chunks are whole register tiles: 4 row groups
   // for one token (the GEMV tile), 2 otherwise; whole token tiles.
-  const std::size_t unit = m == 1 ? kGemvUnit : 2;
+  const std::size_t unit = m == 1 ? kGemvSliceGroups : 2;
   const std::size_t units = (groups_ + unit - 1) / unit;
   if (m < kGemmTokens || units >= 2 * threads) {
     pool->parallel_for(units, 1, [&](std::size_t u0, std::size_t u1) {

@@ -160,13 +160,14 @@ class Linear {
   void run_quantized(const internal::QuantizedActivations& a, float* y, ThreadPool* pool) const;
   // The active ISA's matmul for this format and activation granularity.
   internal::MatmulFn matmul_fn(bool per_token) const;
-  // Units of a one-token forward: kGemvUnit row groups, the GEMV tile.
-  std::size_t gemv_units() const noexcept;
+  // Slices of a one-token forward, the work items its threads share:
+  // kGemvSliceGroups row groups each (the GEMV tile).
+  std::size_t gemv_slices() const noexcept;
   // How many units a one-token forward of `layers` (one quantized format)
   // splits across `pool` in one region; 0 when it runs on the caller.
   // forward_same_input and hint_decode share this decision.
-  static std::size_t split_gemv_units(std::span<const Linear* const> layers,
-                                      const ThreadPool* pool);
+  static std::size_t count_gemv_slices(std::span<const Linear* const> layers,
+                                       const ThreadPool* pool);
   internal::PackedWeights packed_weights() const;
 
   Format format_ = Format::kF32;

@@ -3,7 +3,7 @@
 // namespace after its primitives (kernels/simd_avx2.h, kernels/simd_avx512.h:
 // set1, min, max, mul, add, fmadd, fnmadd, round_nearest, times_pow2).
 //
-// e^x as block_ops.h's exp_f32 computes it: x = k ln2 + r with |r| <= ln2/2,
+// e^x as activation_ops.h's exp_f32 computes it: x = k ln2 + r with |r| <= ln2/2,
 // e^r by Cephes' expf polynomial (~2 ulp), then the exact scaling by 2^k.
 // The clamp keeps a NaN (max/min return their second operand when one is
 // NaN); outside [-104, 89] the result is 0 or inf anyway.

@@ -222,28 +222,27 @@ grpc::Status InferenceService::Tokenize(grpc::ServerContext* context,
                                         const hearth::v1::TokenizeRequest* request,
                                         hearth::v1::TokenizeResponse* response) {
   return observed("Tokenize", request->model(),
-                  [&] { return unobserved_Tokenize(context, request, response); });
+                  [&] { return answer_tokenize(context, request, response); });
 }
 
 grpc::Status InferenceService::Detokenize(grpc::ServerContext* context,
                                           const hearth::v1::DetokenizeRequest* request,
                                           hearth::v1::DetokenizeResponse* response) {
   return observed("Detokenize", request->model(),
-                  [&] { return unobserved_Detokenize(context, request, response); });
+                  [&] { return answer_detokenize(context, request, response); });
 }
 
 grpc::Status InferenceService::ListModels(grpc::ServerContext* context,
                                           const hearth::v1::ListModelsRequest* request,
                                           hearth::v1::ListModelsResponse* response) {
-  return observed("ListModels", "",
-                  [&] { return unobserved_ListModels(context, request, response); });
+  return observed("ListModels", "", [&] { return answer_list_models(context, request, response); });
 }
 
 grpc::Status InferenceService::GetModel(grpc::ServerContext* context,
                                         const hearth::v1::GetModelRequest* request,
                                         hearth::v1::ModelInfo* response) {
   return observed("GetModel", request->model(),
-                  [&] { return unobserved_GetModel(context, request, response); });
+                  [&] { return answer_get_model(context, request, response); });
 }
 
 grpc::Status InferenceService::generate(grpc::ServerContext* context, GenerateStream* stream) {
@@ -264,9 +263,9 @@ grpc::Status InferenceService::complete(grpc::ServerContext* context, CompleteSt
   return s;
 }
 
-grpc::Status InferenceService::unobserved_Tokenize(grpc::ServerContext* context,
-                                                   const hearth::v1::TokenizeRequest* request,
-                                                   hearth::v1::TokenizeResponse* response) {
+grpc::Status InferenceService::answer_tokenize(grpc::ServerContext* context,
+                                               const hearth::v1::TokenizeRequest* request,
+                                               hearth::v1::TokenizeResponse* response) {
   if (grpc::Status s = check_auth(*context); !s.ok()) return s;
   absl::StatusOr<ModelPool*> pool = registry_.find(request->model());
   if (!pool.ok()) return to_grpc(pool.status());
@@ -284,9 +283,9 @@ grpc::Status InferenceService::unobserved_Tokenize(grpc::ServerContext* context,
   return grpc::Status::OK;
 }
 
-grpc::Status InferenceService::unobserved_Detokenize(grpc::ServerContext* context,
-                                                     const hearth::v1::DetokenizeRequest* request,
-                                                     hearth::v1::DetokenizeResponse* response) {
+grpc::Status InferenceService::answer_detokenize(grpc::ServerContext* context,
+                                                 const hearth::v1::DetokenizeRequest* request,
+                                                 hearth::v1::DetokenizeResponse* response) {
   if (grpc::Status s = check_auth(*context); !s.ok()) return s;
   absl::StatusOr<ModelPool*> pool = registry_.find(request->model());
   if (!pool.ok()) return to_grpc(pool.status());
@@ -339,17 +338,17 @@ void fill_model_info(const ModelEntry& entry, hearth::v1::ModelInfo& info) {
   info.set_queue_depth(static_cast<std::uint32_t>(n.queue_depth));
 }
 
-grpc::Status InferenceService::unobserved_ListModels(
-    grpc::ServerContext* context, const hearth::v1::ListModelsRequest* /*request*/,
-    hearth::v1::ListModelsResponse* response) {
+grpc::Status InferenceService::answer_list_models(grpc::ServerContext* context,
+                                                  const hearth::v1::ListModelsRequest* /*request*/,
+                                                  hearth::v1::ListModelsResponse* response) {
   if (grpc::Status s = check_auth(*context); !s.ok()) return s;
   for (const ModelEntry& e : registry_.entries()) fill_model_info(e, *response->add_models());
   return grpc::Status::OK;
 }
 
-grpc::Status InferenceService::unobserved_GetModel(grpc::ServerContext* context,
-                                                   const hearth::v1::GetModelRequest* request,
-                                                   hearth::v1::ModelInfo* response) {
+grpc::Status InferenceService::answer_get_model(grpc::ServerContext* context,
+                                                const hearth::v1::GetModelRequest* request,
+                                                hearth::v1::ModelInfo* response) {
   if (grpc::Status s = check_auth(*context); !s.ok()) return s;
   absl::StatusOr<ModelEntry> entry = registry_.entry(request->model());
   if (!entry.ok()) return to_grpc(entry.status());

@@ -67,18 +67,20 @@ class InferenceService final : public hearth::v1::Inference::Service {
   // Runs `body` and tells the observer (through the path) how the call ended.
   grpc::Status observed(const char* method, const std::string& model,
                         const std::function<grpc::Status()>& body);
-  grpc::Status unobserved_Tokenize(grpc::ServerContext* context,
-                                   const hearth::v1::TokenizeRequest* request,
-                                   hearth::v1::TokenizeResponse* response);
-  grpc::Status unobserved_Detokenize(grpc::ServerContext* context,
-                                     const hearth::v1::DetokenizeRequest* request,
-                                     hearth::v1::DetokenizeResponse* response);
-  grpc::Status unobserved_ListModels(grpc::ServerContext* context,
-                                     const hearth::v1::ListModelsRequest* request,
-                                     hearth::v1::ListModelsResponse* response);
-  grpc::Status unobserved_GetModel(grpc::ServerContext* context,
-                                   const hearth::v1::GetModelRequest* request,
-                                   hearth::v1::ModelInfo* response);
+  // The unary methods' answers, which the public methods run through
+  // observed() so that each call is counted once, whatever it returns.
+  grpc::Status answer_tokenize(grpc::ServerContext* context,
+                               const hearth::v1::TokenizeRequest* request,
+                               hearth::v1::TokenizeResponse* response);
+  grpc::Status answer_detokenize(grpc::ServerContext* context,
+                                 const hearth::v1::DetokenizeRequest* request,
+                                 hearth::v1::DetokenizeResponse* response);
+  grpc::Status answer_list_models(grpc::ServerContext* context,
+                                  const hearth::v1::ListModelsRequest* request,
+                                  hearth::v1::ListModelsResponse* response);
+  grpc::Status answer_get_model(grpc::ServerContext* context,
+                                const hearth::v1::GetModelRequest* request,
+                                hearth::v1::ModelInfo* response);
   using GenerateStream = grpc::ServerSplitStreamer<grpc::ByteBuffer, hearth::v1::GenerateResponse>;
   using CompleteStream = grpc::ServerUnaryStreamer<grpc::ByteBuffer, hearth::v1::CompleteResponse>;
   grpc::Status generate(grpc::ServerContext* context, GenerateStream* stream);

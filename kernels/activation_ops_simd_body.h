@@ -1,6 +1,6 @@
-// The SIMD block operations (kernels/block_ops_impl.h's BlockOpsKernels),
-// written once for every vector ISA. Not a normal header: block_ops_avx2.cc
-// and block_ops_avx512.cc include it inside their anonymous namespace after
+// The SIMD activation operations (kernels/activation_ops_impl.h's ActivationOpsKernels),
+// written once for every vector ISA. Not a normal header: activation_ops_avx2.cc
+// and activation_ops_avx512.cc include it inside their anonymous namespace after
 // a using-directive for their primitives (kernels/simd_avx2.h,
 // kernels/simd_avx512.h), so each ISA compiles its own copy with its own
 // flags (the pattern Highway uses, without the dependency).
@@ -208,7 +208,7 @@ void dequant_bf16(const std::uint16_t* in, float* y, std::size_t n) {
   }
 }
 
-constexpr BlockOpsKernels kBlockOpsKernels = {
+constexpr ActivationOpsKernels kActivationOpsKernels = {
     rms_norm_row, swiglu,    softmax_row,  exp_row,      add_to,      scale_by,
     rope_normal,  rope_neox, dequant_q8_0, dequant_q4_0, dequant_f16, dequant_bf16,
 };

@@ -1,7 +1,7 @@
-// Tests of kernels/block_ops.h: every ISA path against naive double-precision
+// Tests of kernels/activation_ops.h: every ISA path against naive double-precision
 // implementations written here, and against the scalar path, with tolerances
 // derived from the float error analysis stated next to each test.
-#include "kernels/block_ops.h"
+#include "kernels/activation_ops.h"
 
 #include <gtest/gtest.h>
 
@@ -532,7 +532,7 @@ TEST(VectorHelpers, AddScaleAndBiasAreExactOnEveryPath) {
 
 // --- threading and heap ------------------------------------------------------
 
-// Large enough to split: 16 x 4096 = 65536 elements >= kBlockOpsParallelMinElements.
+// Large enough to split: 16 x 4096 = 65536 elements >= kActivationOpsParallelMinElements.
 TEST(Threading, PoolGivesTheSameBitsAsOneThread) {
   ThreadPool pool(2);
   const std::size_t tokens = 16, dim = 4096;

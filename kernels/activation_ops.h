@@ -1,4 +1,4 @@
-// The element-wise and row-wise operations of a llama block, around the
+// The operations on activations of a llama block (element- and row-wise), around the
 // matrix products and attention: RMSNorm, rotary position embedding, SwiGLU,
 // softmax, a vectorised exp, and the small vector helpers the engine needs for
 // residuals, biases and scaling. The embedding lookup is in kernels/embedding.h.
@@ -16,7 +16,7 @@
 //
 // Threads: `pool` (nullptr = the calling thread only) splits rows, or runs of
 // elements, across threads only when the call has at least
-// kBlockOpsParallelMinElements elements; below that the hand-off costs more
+// kActivationOpsParallelMinElements elements; below that the hand-off costs more
 // than it saves. Results do not depend on the pool: each row (or element) is
 // computed by the same code whichever thread runs it.
 //
@@ -32,7 +32,7 @@
 namespace hearth::kernels {
 
 // Work (elements) below which a call runs on the calling thread alone.
-inline constexpr std::size_t kBlockOpsParallelMinElements = std::size_t{1} << 15;
+inline constexpr std::size_t kActivationOpsParallelMinElements = std::size_t{1} << 15;
 
 // --- RMSNorm --------------------------------------------------------------
 

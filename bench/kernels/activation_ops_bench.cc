@@ -1,4 +1,4 @@
-// Block operations (kernels/block_ops.h, kernels/embedding.h) at llama-7B
+// Activation operations (kernels/activation_ops.h, kernels/embedding.h) at llama-7B
 // decode sizes, one thread, on every ISA path the machine has. Inputs fit in
 // cache except the embedding table (32000 x 4096 Q8_0, 139 MB, random rows).
 // Summary: ns/call on each path, with the speed-up over the scalar path.
@@ -14,7 +14,7 @@
 #include <vector>
 
 #include "bench_support.h"
-#include "kernels/block_ops.h"
+#include "kernels/activation_ops.h"
 #include "kernels/cpu_features.h"
 #include "kernels/dtype.h"
 #include "kernels/embedding.h"

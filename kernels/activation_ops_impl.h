@@ -1,6 +1,6 @@
-// Private to kernels/: the per-ISA entry points behind kernels/block_ops.h
-// and kernels/embedding.h. Each ISA file (block_ops_avx2.cc,
-// block_ops_avx512.cc) fills a BlockOpsKernels table; block_ops.cc holds the
+// Private to kernels/: the per-ISA entry points behind kernels/activation_ops.h
+// and kernels/embedding.h. Each ISA file (activation_ops_avx2.cc,
+// activation_ops_avx512.cc) fills a ActivationOpsKernels table; activation_ops.cc holds the
 // scalar table and picks one (PerIsaTables, kernels/cpu_features.h).
 //
 // Every entry works on one row (or one run of elements) on the calling thread;
@@ -18,7 +18,7 @@ namespace hearth::kernels::internal {
 // rotations in blocks of this many); lets the SIMD paths keep tables on the stack.
 inline constexpr std::size_t kRopeMaxPairs = 64;
 
-struct BlockOpsKernels {
+struct ActivationOpsKernels {
   // One row of rms_norm (w may be nullptr).
   void (*rms_norm_row)(const float* x, const float* w, std::size_t dim, float eps, float* y);
   void (*swiglu)(const float* gate, const float* up, std::size_t n, float* out);
@@ -45,11 +45,11 @@ struct BlockOpsKernels {
   void (*dequant_bf16)(const std::uint16_t* in, float* y, std::size_t n);
 };
 
-extern const BlockOpsKernels kBlockOpsScalar;
-extern const BlockOpsKernels kBlockOpsAvx2;
-extern const BlockOpsKernels kBlockOpsAvx512;
+extern const ActivationOpsKernels kActivationOpsScalar;
+extern const ActivationOpsKernels kActivationOpsAvx2;
+extern const ActivationOpsKernels kActivationOpsAvx512;
 
 // The table for active_isa() (AVX-512 VNNI reuses AVX-512).
-const BlockOpsKernels& block_ops_kernels();
+const ActivationOpsKernels& activation_ops_kernels();
 
 }  // namespace hearth::kernels::internal

@@ -1,12 +1,12 @@
-// Scalar reference paths of the block operations, and the dispatchers that
+// Scalar reference paths of the activation operations, and the dispatchers that
 // check nothing (hot paths with documented preconditions), split work across
 // the pool and call the table for active_isa().
-#include "kernels/block_ops.h"
+#include "kernels/activation_ops.h"
 
 #include <cmath>
 #include <cstring>
 
-#include "kernels/block_ops_impl.h"
+#include "kernels/activation_ops_impl.h"
 #include "kernels/cpu_features.h"
 #include "kernels/fp16.h"
 
@@ -110,16 +110,16 @@ void dequant_bf16_scalar(const std::uint16_t* in, float* y, std::size_t n) {
 
 }  // namespace
 
-const BlockOpsKernels kBlockOpsScalar = {
+const ActivationOpsKernels kActivationOpsScalar = {
     rms_norm_row_scalar, swiglu_scalar,       softmax_row_scalar, exp_scalar,
     add_scalar,          scale_scalar,        rope_normal_scalar, rope_neox_scalar,
     dequant_q8_0_scalar, dequant_q4_0_scalar, dequant_f16_scalar, dequant_bf16_scalar,
 };
 
-const BlockOpsKernels& block_ops_kernels() {
+const ActivationOpsKernels& activation_ops_kernels() {
   // AVX-512 VNNI has nothing of its own here: it uses the AVX-512 table.
-  static constexpr PerIsaTables<BlockOpsKernels> kTables{&kBlockOpsScalar, &kBlockOpsAvx2,
-                                                         &kBlockOpsAvx512, nullptr};
+  static constexpr PerIsaTables<ActivationOpsKernels> kTables{
+      &kActivationOpsScalar, &kActivationOpsAvx2, &kActivationOpsAvx512, nullptr};
   return kTables.active();
 }
 
@@ -127,21 +127,23 @@ const BlockOpsKernels& block_ops_kernels() {
 
 namespace {
 
-using internal::BlockOpsKernels;
+using internal::ActivationOpsKernels;
 
 // Calls fn(begin, end) over [0, rows), split across `pool` when the call has
 // enough work (rows * row_elements elements) to pay for the hand-off; each
-// chunk then has at least kBlockOpsParallelMinElements elements.
+// chunk then has at least kActivationOpsParallelMinElements elements.
 template <typename F>
 void for_rows(ThreadPool* pool, std::size_t rows, std::size_t row_elements, F&& fn) {
   if (rows == 0) return;
   const std::size_t total = rows * row_elements;
-  if (pool == nullptr || pool->threads() <= 1 || rows < 2 || total < kBlockOpsParallelMinElements) {
+  if (pool == nullptr || pool->threads() <= 1 || rows < 2 ||
+      total < kActivationOpsParallelMinElements) {
     fn(std::size_t{0}, rows);
     return;
   }
   const std::size_t grain =
-      row_elements == 0 ? rows : (kBlockOpsParallelMinElements + row_elements - 1) / row_elements;
+      row_elements == 0 ? rows
+                        : (kActivationOpsParallelMinElements + row_elements - 1) / row_elements;
   pool->parallel_for(rows, grain, fn);
 }
 
@@ -159,7 +161,7 @@ void for_elements(ThreadPool* pool, std::size_t n, F&& fn) {
 
 // The angles of one token, computed as ggml_rope_cache_init does, and the
 // rotation of its heads, kRopeMaxPairs pairs at a time.
-void rope_token(const BlockOpsKernels& k, float* x, std::size_t n_heads, std::size_t head_dim,
+void rope_token(const ActivationOpsKernels& k, float* x, std::size_t n_heads, std::size_t head_dim,
                 std::int32_t pos, const RopeConfig& cfg, float theta_scale) {
   const std::size_t n_pairs = cfg.rot_dim / 2;
   float cs[internal::kRopeMaxPairs], sn[internal::kRopeMaxPairs];
@@ -185,7 +187,7 @@ void rope_token(const BlockOpsKernels& k, float* x, std::size_t n_heads, std::si
 template <typename PositionOf>
 void rope_impl(float* x, std::size_t tokens, std::size_t n_heads, std::size_t head_dim,
                PositionOf position_of, const RopeConfig& cfg, ThreadPool* pool) {
-  const BlockOpsKernels& k = internal::block_ops_kernels();
+  const ActivationOpsKernels& k = internal::activation_ops_kernels();
   // ggml: theta_scale = powf(freq_base, -2.0f/n_dims).
   const float theta_scale = std::pow(cfg.base, -2.0f / static_cast<float>(cfg.rot_dim));
   const std::size_t row = n_heads * head_dim;
@@ -200,7 +202,7 @@ void rope_impl(float* x, std::size_t tokens, std::size_t n_heads, std::size_t he
 void rms_norm(const float* x, const float* w, std::size_t tokens, std::size_t dim, float eps,
               float* y, ThreadPool* pool) {
   if (dim == 0) return;
-  const BlockOpsKernels& k = internal::block_ops_kernels();
+  const ActivationOpsKernels& k = internal::activation_ops_kernels();
   for_rows(pool, tokens, dim, [&](std::size_t b, std::size_t e) {
     for (std::size_t t = b; t < e; ++t) k.rms_norm_row(x + t * dim, w, dim, eps, y + t * dim);
   });
@@ -220,40 +222,40 @@ void rope(float* x, std::size_t tokens, std::size_t n_heads, std::size_t head_di
 }
 
 void swiglu(const float* gate, const float* up, std::size_t n, float* out, ThreadPool* pool) {
-  const BlockOpsKernels& k = internal::block_ops_kernels();
+  const ActivationOpsKernels& k = internal::activation_ops_kernels();
   for_elements(pool, n,
                [&](std::size_t b, std::size_t e) { k.swiglu(gate + b, up + b, e - b, out + b); });
 }
 
 void softmax(float* x, std::size_t rows, std::size_t n, ThreadPool* pool) {
   if (n == 0) return;
-  const BlockOpsKernels& k = internal::block_ops_kernels();
+  const ActivationOpsKernels& k = internal::activation_ops_kernels();
   for_rows(pool, rows, n, [&](std::size_t b, std::size_t e) {
     for (std::size_t r = b; r < e; ++r) k.softmax_row(x + r * n, n);
   });
 }
 
 void exp_f32(const float* x, std::size_t n, float* y, ThreadPool* pool) {
-  const BlockOpsKernels& k = internal::block_ops_kernels();
+  const ActivationOpsKernels& k = internal::activation_ops_kernels();
   for_elements(pool, n, [&](std::size_t b, std::size_t e) { k.exp(x + b, e - b, y + b); });
 }
 
 void add_inplace(float* y, const float* x, std::size_t n, ThreadPool* pool) {
-  const BlockOpsKernels& k = internal::block_ops_kernels();
+  const ActivationOpsKernels& k = internal::activation_ops_kernels();
   for_elements(pool, n, [&](std::size_t b, std::size_t e) { k.add(y + b, x + b, e - b); });
 }
 
 void add_rows_inplace(float* y, const float* bias, std::size_t rows, std::size_t n,
                       ThreadPool* pool) {
   if (n == 0) return;
-  const BlockOpsKernels& k = internal::block_ops_kernels();
+  const ActivationOpsKernels& k = internal::activation_ops_kernels();
   for_rows(pool, rows, n, [&](std::size_t b, std::size_t e) {
     for (std::size_t r = b; r < e; ++r) k.add(y + r * n, bias, n);
   });
 }
 
 void scale_inplace(float* y, float s, std::size_t n, ThreadPool* pool) {
-  const BlockOpsKernels& k = internal::block_ops_kernels();
+  const ActivationOpsKernels& k = internal::activation_ops_kernels();
   for_elements(pool, n, [&](std::size_t b, std::size_t e) { k.scale(y + b, s, e - b); });
 }
 

@@ -204,6 +204,10 @@ HEARTH_SDPA_INLINE void accumulate_block(const float* w, std::size_t ld_w, const
 
 // off[r] = sum_j w[r][j] * zero[j] over j < n: the zero points' share of
 // output row r. Each kLanes zero points are converted once for all R rows.
+// The tail is one padded vector, not a scalar loop: weights past the row's
+// last valid position are 0 and add exactly 0 to their lane, so the sum does
+// not depend on how many masked positions the tile carries (a prompt's rows
+// get the same bits whatever chunks it was prefilled in).
 template <int R>
 HEARTH_SDPA_INLINE void zero_offsets(const float* w, std::size_t ld_w, const std::int8_t* zero_pts,
                                      std::size_t n, float* off) {
@@ -214,10 +218,13 @@ HEARTH_SDPA_INLINE void zero_offsets(const float* w, std::size_t ld_w, const std
     const Vec z = load_i8(zero_pts + j);
     for (int r = 0; r < R; ++r) sum[r] = fmadd(loadu(w + r * ld_w + j), z, sum[r]);
   }
-  for (int r = 0; r < R; ++r) {
-    off[r] = reduce_add(sum[r]);
-    for (std::size_t t = j; t < n; ++t) off[r] += w[r * ld_w + t] * static_cast<float>(zero_pts[t]);
+  if (j < n) {
+    alignas(16) std::int8_t tail[kLanes] = {};
+    std::memcpy(tail, zero_pts + j, n - j);
+    const Vec z = load_i8(tail);
+    for (int r = 0; r < R; ++r) sum[r] = fmadd(load_first(w + r * ld_w + j, n - j), z, sum[r]);
   }
+  for (int r = 0; r < R; ++r) off[r] = reduce_add(sum[r]);
 }
 
 // v_zero nullptr: float V, nothing subtracted.

@@ -13,7 +13,11 @@
 // alone on fresh instances, stepped as engine::generate() steps them (and
 // checked against engine::generate() itself), once with the prompt in the
 // same chunks as in the batch (must be bit-identical) and once in
-// generate()'s chunks of 64 (see chunking_tolerance).
+// generate()'s chunks of 64 (must be bit-identical too: a prompt chunk's
+// query rows are attended in KV tiles that end at the chunk's last position,
+// so a row's tile is wider than its causal window by the rows after it, and
+// every kernel path gives those masked positions exactly 0 weight in every
+// sum, so the tile's width never changes a bit).
 #include "engine/batched_forward.h"
 
 #include <gtest/gtest.h>
@@ -337,50 +341,15 @@ LogitsDiff diff(const std::vector<float>& a, const std::vector<float>& b) {
   return d;
 }
 
-// Same tokens, text and finish; logits bit for bit when tolerance is 0, else
-// within it (absolute, every logit of every sampled step).
-void expect_same_trace(const Trace& want, const Trace& got, const std::string& what,
-                       float tolerance = 0) {
+// Same tokens, text and finish, and logits bit for bit.
+void expect_same_trace(const Trace& want, const Trace& got, const std::string& what) {
   EXPECT_EQ(got.generated, want.generated) << what;
   EXPECT_EQ(got.text, want.text) << what;
   EXPECT_EQ(finish_reason_name(got.finish), std::string(finish_reason_name(want.finish))) << what;
   const LogitsDiff d = diff(want.logits, got.logits);
   ASSERT_TRUE(d.same_shape) << what << ": " << got.logits.size() << " logits vs "
                             << want.logits.size();
-  if (tolerance == 0) {
-    EXPECT_TRUE(d.bit_identical) << what << ": logits differ by up to " << d.max_abs;
-  } else {
-    EXPECT_LE(d.max_abs, tolerance) << what;
-  }
-}
-
-// Whether prefilling a prompt in other chunks leaves its int8-KV attention
-// bit for bit the same. A prompt chunk's query rows are attended in KV tiles
-// that end at the chunk's last position, so a row's tile is wider than its
-// causal window by the rows after it in the chunk (their softmax weights are
-// exactly 0). The AVX-512 kernels (head_dim a multiple of 16) and the scalar
-// ones give the same bits whatever the width. The AVX2 kernel (head_dim a
-// multiple of 8 otherwise; stories260K's head_dim is 8) does not: its V
-// zero-point sum (kernels/sdpa_avx2.cc, zero_offsets) adds the positions
-// past the last multiple of 8 one by one after the 8-wide part, so where
-// that split falls, set by the tile width, changes the rounding (measured:
-// up to 1.2e-5 on stories260K's logits, 7e-7 on the synthetic models when
-// forced to AVX2). The float KV path has no such term and never differs.
-// This is about chunking only: a sequence's results never depend on the
-// other sequences of its step (the same-chunk comparisons below are exact).
-bool int8_kv_attention_ignores_chunking(std::size_t head_dim) {
-  const kernels::Isa isa = kernels::active_isa();
-  if (isa >= kernels::Isa::kAvx512 && head_dim % 16 == 0) return true;
-  if (isa >= kernels::Isa::kAvx2 && head_dim % 8 == 0) return false;
-  return true;  // scalar
-}
-
-// Against a reference prefilled in other chunks (engine::generate()'s 64):
-// bit-identical unless the int8 AVX2 attention above runs, then within
-// 1e-4, about 8x the largest difference measured (logits here are O(10)).
-float chunking_tolerance(const Model& m, KvCacheType kv) {
-  if (kv == KvCacheType::kFloat) return 0;
-  return int8_kv_attention_ignores_chunking(m.weights->config().head_dim) ? 0 : 1e-4f;
+  EXPECT_TRUE(d.bit_identical) << what << ": logits differ by up to " << d.max_abs;
 }
 
 std::string label(Weights w, KvCacheType kv, std::size_t lane) {
@@ -392,7 +361,7 @@ std::string label(Weights w, KvCacheType kv, std::size_t lane) {
 //  1. the same request alone on a fresh instance, prefilled in the same
 //     chunks: bit for bit, always; batching adds nothing;
 //  2. engine::generate() alone on a fresh instance (prefill in chunks of 64):
-//     the same tokens, text and finish, and logits within chunking_tolerance.
+//     bit for bit as well.
 // Returns (through *d) how lane and generate()-style reference compare.
 void expect_lane_matches_alone(const Model& m, KvCacheType kv, const Lane& lane,
                                const std::string& what, LogitsDiff* d = nullptr) {
@@ -410,7 +379,7 @@ void expect_lane_matches_alone(const Model& m, KvCacheType kv, const Lane& lane,
   ASSERT_EQ(g->generated_ids, alone.generated) << what;
   ASSERT_EQ(g->text, alone.text) << what;
   ASSERT_EQ(g->finish, alone.finish) << what;
-  expect_same_trace(alone, lane.trace, what + " vs generate()", chunking_tolerance(m, kv));
+  expect_same_trace(alone, lane.trace, what + " vs generate()");
   if (d != nullptr) *d = diff(alone.logits, lane.trace.logits);
 }
 
@@ -464,9 +433,8 @@ std::vector<Lane> greedy_lanes(const std::vector<std::vector<std::int32_t>>& pro
 //    future XNNPACK pick M-dependent kernels, this test says so;
 //  - attention runs per sequence on its own cache, and int8 KV quantizes per
 //    token and head (one scale and zero point per appended row), so a row's
-//    cache entry does not depend on the chunk it came in: measured exact too,
-//    except for the chunking effect of the AVX2 int8 attention kernel
-//    (int8_kv_attention_ignores_chunking), which generate() comparisons allow.
+//    cache entry does not depend on the chunk it came in, nor does attention
+//    depend on the KV tile's width past a row's causal window.
 TEST_P(Batched, GreedyTokensAndLogitsMatchEachPromptAlone) {
   if (needs_shared()) HEARTH_REQUIRE_SHARED();
   std::unique_ptr<Model> m = load_model(weights());
@@ -498,7 +466,7 @@ TEST_P(Batched, GreedyTokensAndLogitsMatchEachPromptAlone) {
 // (a) The same scenario on every kernel level this machine supports (the
 // quantized GEMM/GEMV, norm and attention kernels differ per level; XNNPACK
 // dispatches on its own): on each, batched equals alone in the same chunks,
-// bit for bit.
+// and alone in other chunks, bit for bit.
 TEST_P(Batched, BatchingIsInvisibleOnEveryKernelLevel) {
   if (needs_shared()) HEARTH_REQUIRE_SHARED();
   std::unique_ptr<Model> m = load_model(weights());
@@ -513,6 +481,12 @@ TEST_P(Batched, BatchingIsInvisibleOnEveryKernelLevel) {
       ASSERT_NO_FATAL_FAILURE(run_alone(*m, kv(), lanes[i].request, &alone, lanes[i].chunk));
       expect_same_trace(alone, lanes[i].trace,
                         label(weights(), kv(), i) + " on " + kernels::isa_name(isa));
+      // And prefilled in generate()'s chunks instead: the same bits too.
+      Trace one_chunk;
+      ASSERT_NO_FATAL_FAILURE(run_alone(*m, kv(), lanes[i].request, &one_chunk));
+      expect_same_trace(
+          alone, one_chunk,
+          label(weights(), kv(), i) + " in other chunks on " + kernels::isa_name(isa));
     }
   }
 }

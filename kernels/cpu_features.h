@@ -53,10 +53,10 @@ class ScopedIsa {
 };
 
 // How every kernel family dispatches: a struct of function pointers
-// (ActivationOpsKernels, LinearKernels, AttentionKernels, KvCacheKernels,
-// QuantizeKernels), one const table per ISA defined in that ISA's own file,
-// and one PerIsaTables in the family's dispatcher. An ISA without a table of
-// its own (nullptr) uses the nearest level below it that has one.
+// (ActivationOpsKernels, LinearKernels, AttentionKernels, QuantizeKernels),
+// one const table per ISA defined in that ISA's own file, and one
+// PerIsaTables in the family's dispatcher. An ISA without a table of its own
+// (nullptr) uses the nearest level below it that has one.
 //
 // Instantiate it only in files compiled for the baseline ISA (the
 // dispatchers): a template instantiated under AVX flags could be merged by

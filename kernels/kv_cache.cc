@@ -1,12 +1,10 @@
 #include "kernels/kv_cache.h"
 
-#include <cmath>
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "kernels/cpu_features.h"
-#include "kernels/sdpa_impl.h"
+#include "kernels/quantize.h"
 
 namespace hearth::kernels {
 namespace {
@@ -49,13 +47,6 @@ bool offsets(const KvLayout& l, std::size_t elem_bytes, bool quantized, Offsets*
   return mul_add(zero_bytes, 1, o->v_zero, &o->total);
 }
 
-const internal::KvCacheKernels& kv_cache_kernels() {
-  using namespace internal;
-  static constexpr PerIsaTables<KvCacheKernels> kTables{&kKvCacheScalar, &kKvCacheAvx2,
-                                                        &kKvCacheAvx512, nullptr};
-  return kTables.active();
-}
-
 absl::Status check_append(const KvLayout& layout, std::size_t pos, const float* k_new,
                           const float* v_new, std::size_t n_tokens, bool null_cache) {
   HEARTH_RETURN_IF_ERROR(validate_kv_layout(layout));
@@ -70,52 +61,6 @@ absl::Status check_append(const KvLayout& layout, std::size_t pos, const float* 
 }
 
 }  // namespace
-
-namespace internal {
-
-KvRowParams kv_row_params(float lo, float hi) {
-  const float range = hi - lo;
-  // Below 2^-96 (or NaN) the row is stored as zeros: 255 / range must not
-  // overflow, and such values are far below anything a model produces.
-  if (!(range >= 0x1p-96f)) return {};
-  KvRowParams p;
-  p.scale = range / 255.0f;
-  p.inv = 255.0f / range;
-  // lo * inv is in [-255, 0] up to rounding. Rounding it (not -128 - lo * inv)
-  // keeps the low bits, and since 128 is even the result is the same as
-  // rounding -128 - lo * inv exactly; it also makes x = lo map to -128 exactly.
-  const int z = -128 - static_cast<int>(std::nearbyint(lo * p.inv));
-  p.zero_point = z < -128 ? -128 : (z > 127 ? 127 : z);
-  return p;
-}
-
-namespace {
-
-KvRowQuantization quantize_row_scalar(const float* x, std::size_t n, std::int8_t* q) {
-  float lo = 0.0f, hi = 0.0f;
-  for (std::size_t i = 0; i < n; ++i) {
-    lo = std::fmin(lo, x[i]);
-    hi = std::fmax(hi, x[i]);
-  }
-  const KvRowParams p = kv_row_params(lo, hi);
-  if (p.inv == 0.0f) {
-    std::memset(q, 0, n);
-    return {};
-  }
-  for (std::size_t i = 0; i < n; ++i) {
-    // nearbyint rounds half to even, as the SIMD conversions do; the clamp
-    // keeps the cast defined for any input.
-    const float r = std::nearbyint(x[i] * p.inv) + static_cast<float>(p.zero_point);
-    q[i] = static_cast<std::int8_t>(std::fmax(-128.0f, std::fmin(127.0f, r)));
-  }
-  return {p.scale, static_cast<std::int8_t>(p.zero_point)};
-}
-
-}  // namespace
-
-const KvCacheKernels kKvCacheScalar = {quantize_row_scalar};
-
-}  // namespace internal
 
 absl::Status validate_kv_layout(const KvLayout& layout) {
   if (layout.n_kv_heads == 0) return absl::InvalidArgumentError("KvLayout.n_kv_heads is 0");
@@ -167,28 +112,24 @@ FloatKvView float_kv_view(const KvLayout& layout, void* memory) {
   return view;
 }
 
-KvRowQuantization quantize_kv_row(const float* x, std::size_t n, std::int8_t* q) {
-  return kv_cache_kernels().quantize_row(x, n, q);
-}
-
 absl::Status kv_append(const QuantizedKvView& kv, std::size_t pos, const float* k_new,
                        const float* v_new, std::size_t n_tokens) {
   const KvLayout& l = kv.layout;
   const bool null_cache = kv.k == nullptr || kv.v == nullptr || kv.k_scale == nullptr ||
                           kv.v_scale == nullptr || kv.k_zero == nullptr || kv.v_zero == nullptr;
   HEARTH_RETURN_IF_ERROR(check_append(l, pos, k_new, v_new, n_tokens, null_cache));
-  const auto quantize = kv_cache_kernels().quantize_row;
   const std::size_t stride = l.n_kv_heads * l.head_dim;
   for (std::size_t t = 0; t < n_tokens; ++t) {
     for (std::size_t h = 0; h < l.n_kv_heads; ++h) {
       const std::size_t row = h * l.max_seq + pos + t;
       const std::size_t src = t * stride + h * l.head_dim;
-      const KvRowQuantization kq = quantize(k_new + src, l.head_dim, kv.k + row * l.head_dim);
-      const KvRowQuantization vq = quantize(v_new + src, l.head_dim, kv.v + row * l.head_dim);
+      const QParams kq = quantize_row_asymmetric(k_new + src, l.head_dim, kv.k + row * l.head_dim);
+      const QParams vq = quantize_row_asymmetric(v_new + src, l.head_dim, kv.v + row * l.head_dim);
+      // Asymmetric zero points lie in [-128, 127].
       kv.k_scale[row] = kq.scale;
-      kv.k_zero[row] = kq.zero_point;
+      kv.k_zero[row] = static_cast<std::int8_t>(kq.zero_point);
       kv.v_scale[row] = vq.scale;
-      kv.v_zero[row] = vq.zero_point;
+      kv.v_zero[row] = static_cast<std::int8_t>(vq.zero_point);
     }
   }
   return absl::OkStatus();

@@ -15,16 +15,17 @@
 //   k_zero[h][p]      (int8 cache only) one int8 zero point per row
 //   v_zero[h][p]
 //
-// The int8 cache is asymmetric per row: row (h, p) of K, with its range
-// widened to include 0 (lo = min(0, min k), hi = max(0, max k)), stores
-// k_scale = (hi - lo) / 255, a zero point z in [-128, 127] (the code of 0) and
-// q[d] = clamp(round(k[d] / k_scale) + z, -128, 127), so
-// k[d] ~= k_scale * (q[d] - z) with an error of at most k_scale / 2 =
-// (hi - lo) / 510 per element, and 0 is stored exactly. All 256 codes cover
-// the row's actual range: for a row of one sign (e.g. after an activation
-// like ReLU) the step is 127 / 255 of a symmetric amax / 127 scale's, and for
-// any row at most 254 / 255 of it (the range is at most 2 amax). An all-zero
-// row gets scale 0, z = 0 and q = 0. V likewise.
+// The int8 cache quantizes each row (h, p) of K, and of V, on its own with
+// the asymmetric rule of kernels/quantize.h (quantize_row_asymmetric): the
+// row's range widened to include 0, lo = min(0, min k), hi = max(0, max k),
+// gives k_scale = (hi - lo) / 255 and a zero point z in [-128, 127] (the code
+// of 0, stored exactly), and k[d] ~= k_scale * (q[d] - z) with an error of at
+// most k_scale / 2 = (hi - lo) / 510 per element, up to float rounding. All
+// 256 codes cover the row's actual range: for a row of one sign (e.g. after
+// an activation like ReLU) the step is 127 / 255 of a symmetric amax / 127
+// scale's, and for any row at most 254 / 255 of it (the range is at most
+// 2 amax). A row whose range is below quantize.h's kTinyRange (all zero, in
+// practice) gets scale 0, z = 0 and q = 0.
 //
 // Zero points are int8 (not float): they are exact small integers, take one
 // byte instead of four, and the attention kernels apply them only as
@@ -90,7 +91,7 @@ FloatKvView float_kv_view(const KvLayout& layout, void* memory);
 // [pos, pos + n_tokens) of every KV head. k_new, v_new: [n_tokens][n_kv_heads *
 // head_dim] floats (token t, head h at t * n_kv_heads * head_dim + h * head_dim:
 // the output of the K and V projections). The int8 variant quantizes each
-// (token, head) row with quantize_kv_row; the float variant copies.
+// (token, head) row with quantize_row_asymmetric; the float variant copies.
 // n_tokens = 0 is a no-op. Single-threaded (one token is ~1k values per layer).
 // Errors: OutOfRange when pos + n_tokens > max_seq; InvalidArgument for an
 // invalid layout or a null pointer. Nothing is written on error.
@@ -98,27 +99,5 @@ absl::Status kv_append(const QuantizedKvView& kv, std::size_t pos, const float* 
                        const float* v_new, std::size_t n_tokens);
 absl::Status kv_append(const FloatKvView& kv, std::size_t pos, const float* k_new,
                        const float* v_new, std::size_t n_tokens);
-
-// The parameters of one quantized row: x ~= scale * (q - zero_point).
-struct KvRowQuantization {
-  float scale = 0.0f;
-  std::int8_t zero_point = 0;
-};
-
-// Quantizes one row of n >= 1 finite floats as the int8 cache does. With
-// lo = min(0, min x), hi = max(0, max x), range = hi - lo (in float) and
-// inv = 255 / range:
-//   scale      = range / 255
-//   zero_point = -128 - round(lo * inv)                 in [-128, 127]
-//   q[i]       = clamp(round(x[i] * inv) + zero_point, -128, 127)
-// where round is round-half-even (multiplying by inv rather than dividing by
-// scale is what every path does). A row whose range is below 2^-96 (all zero,
-// or so small that 255 / range could overflow) gets scale 0, zero_point 0 and
-// q = 0. The row's minimum (when negative) maps to -128 exactly and 0 maps to
-// zero_point exactly; every element is within scale / 2 of scale * (q -
-// zero_point), up to float rounding (a few ulp of max |x|). Every dispatched
-// path gives bit-identical results. Exposed for tests and for tools that
-// write caches.
-KvRowQuantization quantize_kv_row(const float* x, std::size_t n, std::int8_t* q);
 
 }  // namespace hearth::kernels

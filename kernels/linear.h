@@ -10,8 +10,9 @@
 //
 // Quantized path. The weights are repacked once, at load, into the layout the
 // kernels read (see "Packed layout" below). At each forward the activations
-// are quantized to int8: symmetric, d = amax / 127, q = round_half_even(x * (1 / d))
-// (d = 0 gives q = 0), with amax taken per group of 32 inputs (kPerGroup32,
+// are quantized to int8 with the symmetric rule of kernels/quantize.h: d =
+// amax / 127, q = round_half_even(x * (1 / d)) (an amax below kTinyRange gives
+// d = 0 and q = 0), with amax taken per group of 32 inputs (kPerGroup32,
 // the default, the same granularity as the weights) or per token (kPerToken:
 // coarser, hence less accurate, but the GEMM saves one multiply per block).
 // For each output row, each block of 32 inputs gives an exact int32 dot

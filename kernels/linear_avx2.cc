@@ -1,4 +1,5 @@
-// AVX2 quantized linear layer and activation quantizer.
+// AVX2 quantized linear layer (its activations are quantized by
+// quantize_avx2.cc).
 //
 // A row group (16 rows) is two ymm halves of 8 rows. The u8 x s8 products go
 // through vpmaddubsw as on the AVX-512 path without VNNI (see linear_avx512.cc
@@ -195,70 +196,6 @@ void run(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0, 
 }
 
 }  // namespace
-
-void quantize_activations_avx2(const float* x, std::size_t t0, std::size_t t1, std::int32_t bias_c,
-                               const QuantizedActivations& a) {
-  const std::size_t n_in = a.blocks * kQuantGroup;
-  const __m256 abs_mask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7fffffff));
-  const __m256i order = _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7);
-  for (std::size_t t = t0; t < t1; ++t) {
-    const float* xt = x + t * n_in;
-    // Token t's place in the token-tiled layout (kernels/linear_impl.h).
-    const std::size_t tile = t / a.tile_tokens, j = t % a.tile_tokens;
-    const std::size_t first = tile * a.tile_tokens;
-    const std::size_t n = a.m - first < a.tile_tokens ? a.m - first : a.tile_tokens;
-    std::int8_t* q = a.q + tile * a.q_tile_stride + 4 * j;
-    const std::size_t meta = first * a.blocks + j;
-    float d = 0.0f, id = 0.0f;
-    if (a.per_token) {
-      __m256 vmax = _mm256_setzero_ps();
-      for (std::size_t i = 0; i < n_in; i += 8)
-        vmax = _mm256_max_ps(vmax, _mm256_and_ps(_mm256_loadu_ps(xt + i), abs_mask));
-      const float amax = hmax(vmax);
-      if (amax >= kTinyAmax) {
-        d = amax / 127.0f;
-        id = 1.0f / d;
-      }
-      a.d[t] = d;
-    }
-    for (std::size_t b = 0; b < a.blocks; ++b) {
-      const float* xb = xt + b * kQuantGroup;
-      __m256 v[4];
-      for (int i = 0; i < 4; ++i) v[i] = _mm256_loadu_ps(xb + 8 * i);
-      if (!a.per_token) {
-        const __m256 m = _mm256_max_ps(
-            _mm256_max_ps(_mm256_and_ps(v[0], abs_mask), _mm256_and_ps(v[1], abs_mask)),
-            _mm256_max_ps(_mm256_and_ps(v[2], abs_mask), _mm256_and_ps(v[3], abs_mask)));
-        const float amax = hmax(m);
-        d = 0.0f;
-        id = 0.0f;
-        if (amax >= kTinyAmax) {
-          d = amax / 127.0f;
-          id = 1.0f / d;
-        }
-        a.d[meta + b * n] = d;
-      }
-      const __m256 vid = _mm256_set1_ps(id);
-      __m256i iv[4];
-      for (int i = 0; i < 4; ++i) iv[i] = _mm256_cvtps_epi32(_mm256_mul_ps(v[i], vid));
-      const __m256i sum =
-          _mm256_add_epi32(_mm256_add_epi32(iv[0], iv[1]), _mm256_add_epi32(iv[2], iv[3]));
-      // packs interleave 128-bit lanes; the permute restores input order.
-      const __m256i p16a = _mm256_packs_epi32(iv[0], iv[1]);
-      const __m256i p16b = _mm256_packs_epi32(iv[2], iv[3]);
-      const __m256i p8 = _mm256_permutevar8x32_epi32(_mm256_packs_epi16(p16a, p16b), order);
-      std::int8_t* qb = q + b * 8 * 4 * n;
-      if (n == 1) {
-        _mm256_storeu_si256(reinterpret_cast<__m256i*>(qb), p8);
-      } else {
-        alignas(32) std::int8_t tmp[kQuantGroup];
-        _mm256_store_si256(reinterpret_cast<__m256i*>(tmp), p8);
-        for (std::size_t s = 0; s < 8; ++s) std::memcpy(qb + s * 4 * n, tmp + 4 * s, 4);
-      }
-      a.bias[meta + b * n] = -bias_c * hsum(sum);
-    }
-  }
-}
 
 const LinearKernels kLinearAvx2 = {kTileTokensAvx2,  quantize_activations_avx2, run<false, false>,
                                    run<false, true>, run<true, false>,          run<true, true>};

@@ -1,5 +1,5 @@
-// AVX-512 (F/BW, without VNNI) quantized linear layer, and the AVX-512
-// activation quantizer (also used by the VNNI path).
+// AVX-512 (F/BW, without VNNI) quantized linear layer (its activations, and
+// the VNNI path's, are quantized by quantize_avx512.cc).
 //
 // Without vpdpbusd the u8 x s8 products go through vpmaddubsw, whose int16
 // pair sums saturate. So:
@@ -76,62 +76,6 @@ void run(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0, 
 }
 
 }  // namespace
-
-void quantize_activations_avx512(const float* x, std::size_t t0, std::size_t t1,
-                                 std::int32_t bias_c, const QuantizedActivations& a) {
-  const std::size_t n_in = a.blocks * kQuantGroup;
-  for (std::size_t t = t0; t < t1; ++t) {
-    const float* xt = x + t * n_in;
-    // Token t's place in the token-tiled layout (kernels/linear_impl.h).
-    const std::size_t tile = t / a.tile_tokens, j = t % a.tile_tokens;
-    const std::size_t first = tile * a.tile_tokens;
-    const std::size_t n = a.m - first < a.tile_tokens ? a.m - first : a.tile_tokens;
-    std::int8_t* q = a.q + tile * a.q_tile_stride + 4 * j;
-    const std::size_t meta = first * a.blocks + j;
-    float d = 0.0f, id = 0.0f;
-    if (a.per_token) {
-      __m512 vmax = _mm512_setzero_ps();
-      for (std::size_t i = 0; i < n_in; i += 16)
-        vmax = _mm512_max_ps(vmax, _mm512_abs_ps(_mm512_loadu_ps(xt + i)));
-      const float amax = _mm512_reduce_max_ps(vmax);
-      if (amax >= kTinyAmax) {
-        d = amax / 127.0f;
-        id = 1.0f / d;
-      }
-      a.d[t] = d;
-    }
-    for (std::size_t b = 0; b < a.blocks; ++b) {
-      const __m512 x0 = _mm512_loadu_ps(xt + b * kQuantGroup);
-      const __m512 x1 = _mm512_loadu_ps(xt + b * kQuantGroup + 16);
-      if (!a.per_token) {
-        const float amax =
-            _mm512_reduce_max_ps(_mm512_max_ps(_mm512_abs_ps(x0), _mm512_abs_ps(x1)));
-        d = 0.0f;
-        id = 0.0f;
-        if (amax >= kTinyAmax) {
-          d = amax / 127.0f;
-          id = 1.0f / d;
-        }
-        a.d[meta + b * n] = d;
-      }
-      const __m512 vid = _mm512_set1_ps(id);
-      // cvtps2dq rounds to nearest even (default MXCSR), as lrint does.
-      const __m512i i0 = _mm512_cvtps_epi32(_mm512_mul_ps(x0, vid));
-      const __m512i i1 = _mm512_cvtps_epi32(_mm512_mul_ps(x1, vid));
-      std::int8_t* qb = q + b * 8 * 4 * n;
-      if (n == 1) {
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(qb), _mm512_cvtepi32_epi8(i0));
-        _mm_storeu_si128(reinterpret_cast<__m128i*>(qb + 16), _mm512_cvtepi32_epi8(i1));
-      } else {
-        alignas(16) std::int8_t tmp[kQuantGroup];
-        _mm_store_si128(reinterpret_cast<__m128i*>(tmp), _mm512_cvtepi32_epi8(i0));
-        _mm_store_si128(reinterpret_cast<__m128i*>(tmp + 16), _mm512_cvtepi32_epi8(i1));
-        for (std::size_t s = 0; s < 8; ++s) std::memcpy(qb + s * 4 * n, tmp + 4 * s, 4);
-      }
-      a.bias[meta + b * n] = -bias_c * _mm512_reduce_add_epi32(_mm512_add_epi32(i0, i1));
-    }
-  }
-}
 
 const LinearKernels kLinearAvx512 = {kTileTokensAvx512, quantize_activations_avx512,
                                      run<false, false>, run<false, true>,

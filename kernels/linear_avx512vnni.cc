@@ -67,7 +67,7 @@ void run(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0, 
 
 }  // namespace
 
-// Activations are quantized as on the AVX-512 path (linear_avx512.cc).
+// Activations are quantized as on the AVX-512 path (quantize_avx512.cc).
 const LinearKernels kLinearAvx512Vnni = {kTileTokensAvx512Vnni, quantize_activations_avx512,
                                          run<false, false>,     run<false, true>,
                                          run<true, false>,      run<true, true>};

@@ -32,9 +32,6 @@ inline constexpr std::size_t kTileTokensAvx512 = 4;
 inline constexpr std::size_t kTileTokensAvx512Vnni = 6;
 // Bytes of fp16 scales per (row group, block).
 inline constexpr std::size_t kScaleBytes = kGroupRows * 2;  // 32
-// An activation amax below this quantizes as 0 (q = 0, d = 0), on every
-// path: 1 / (amax / 127) would overflow to infinity for a subnormal amax.
-inline constexpr float kTinyAmax = 1e-30f;
 // The unsigned bias of stored weights: stored = w + C.
 inline constexpr std::int32_t kQ8Bias = 128;
 inline constexpr std::int32_t kQ4Bias = 8;
@@ -85,10 +82,23 @@ struct QuantizedActivations {
   bool per_token;
 };
 
+// Where token t's values live in `a`: input k at q[(k / 4) * step + k % 4],
+// the bias and d of block b at [meta + b * n]. Defined in linear_scalar.cc.
+struct TokenSlot {
+  std::int8_t* q;
+  std::size_t step;  // 4 * n
+  std::size_t meta;
+  std::size_t n;  // tokens in t's tile
+};
+TokenSlot token_slot(const QuantizedActivations& a, std::size_t t);
+
 // Quantizes tokens [t0, t1) of x (row-major, n_in = 32 * a.blocks per row)
-// into `a` (see above; d = amax / 127, q = round_half_even(x * (1 / d)), with
-// amax per block, or per row when a.per_token). `bias_c` is C. Any token range
-// may be given (threads quantize disjoint ranges).
+// into `a` (see above) with the symmetric rule of kernels/quantize.h (d =
+// scale = amax / 127, q = round_half_even(x * (1 / d)), 0 for an amax below
+// kTinyRange), amax per block, or per row when a.per_token. `bias_c` is C.
+// Any token range may be given (threads quantize disjoint ranges). Defined by
+// the quantization family (quantize.cc, quantize_avx2.cc, quantize_avx512.cc):
+// every path gives the same bytes.
 using QuantizeFn = void (*)(const float* x, std::size_t t0, std::size_t t1, std::int32_t bias_c,
                             const QuantizedActivations& a);
 void quantize_activations_scalar(const float* x, std::size_t t0, std::size_t t1,

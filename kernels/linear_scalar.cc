@@ -12,46 +12,6 @@
 namespace hearth::kernels::internal {
 namespace {
 
-void scale_of(float amax, float* d, float* id) {
-  if (amax < kTinyAmax) {
-    *d = 0.0f;
-    *id = 0.0f;
-    return;
-  }
-  *d = amax / 127.0f;
-  *id = 1.0f / *d;
-}
-
-// Where token t's values live in the token-tiled activation layout
-// (kernels/linear_impl.h).
-struct TokenPos {
-  std::int8_t* q;    // input k at q[(k / 4) * step + k % 4]
-  std::size_t step;  // 4 * tokens in t's tile
-  std::size_t meta;  // bias / d of block b at [meta + b * n]
-  std::size_t n;     // tokens in t's tile
-};
-
-TokenPos token_pos(const QuantizedActivations& a, std::size_t t) {
-  const std::size_t tile = t / a.tile_tokens, j = t % a.tile_tokens;
-  const std::size_t first = tile * a.tile_tokens;
-  const std::size_t n = a.m - first < a.tile_tokens ? a.m - first : a.tile_tokens;
-  return {a.q + tile * a.q_tile_stride + 4 * j, 4 * n, first * a.blocks + j, n};
-}
-
-// Quantizes 32 values with inverse scale id into the layout; returns the sum
-// of the q.
-std::int32_t quantize_block(const float* x, float id, std::int8_t* q, std::size_t step) {
-  std::int32_t sum = 0;
-  for (std::size_t i = 0; i < kQuantGroup; ++i) {
-    // lrint rounds to nearest even in the default rounding mode, as the SIMD
-    // conversions (cvtps2dq) do.
-    const auto v = static_cast<std::int32_t>(std::lrint(x[i] * id));
-    q[i / 4 * step + i % 4] = static_cast<std::int8_t>(v);
-    sum += v;
-  }
-  return sum;
-}
-
 template <bool kQ4>
 void matmul(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0, std::size_t g1,
             std::size_t t0, std::size_t t1, float* y, std::size_t ldy) {
@@ -62,7 +22,7 @@ void matmul(const PackedWeights& w, const QuantizedActivations& a, std::size_t g
     const std::size_t rows =
         w.n_out - g * kGroupRows < kGroupRows ? w.n_out - g * kGroupRows : kGroupRows;
     for (std::size_t t = t0; t < t1; ++t) {
-      const TokenPos pos = token_pos(a, t);
+      const TokenSlot pos = token_slot(a, t);
       float acc[kGroupRows] = {};
       for (std::size_t b = 0; b < a.blocks; ++b) {
         const std::uint8_t* wb = group + b * block_bytes;
@@ -103,31 +63,11 @@ void matmul(const PackedWeights& w, const QuantizedActivations& a, std::size_t g
 
 }  // namespace
 
-void quantize_activations_scalar(const float* x, std::size_t t0, std::size_t t1,
-                                 std::int32_t bias_c, const QuantizedActivations& a) {
-  const std::size_t n_in = a.blocks * kQuantGroup;
-  for (std::size_t t = t0; t < t1; ++t) {
-    const float* xt = x + t * n_in;
-    const TokenPos pos = token_pos(a, t);
-    float d = 0.0f, id = 0.0f;
-    if (a.per_token) {
-      float amax = 0.0f;
-      for (std::size_t i = 0; i < n_in; ++i) amax = std::fmax(amax, std::fabs(xt[i]));
-      scale_of(amax, &d, &id);
-      a.d[t] = d;
-    }
-    for (std::size_t b = 0; b < a.blocks; ++b) {
-      const float* xb = xt + b * kQuantGroup;
-      if (!a.per_token) {
-        float amax = 0.0f;
-        for (std::size_t i = 0; i < kQuantGroup; ++i) amax = std::fmax(amax, std::fabs(xb[i]));
-        scale_of(amax, &d, &id);
-        a.d[pos.meta + b * pos.n] = d;
-      }
-      a.bias[pos.meta + b * pos.n] =
-          -bias_c * quantize_block(xb, id, pos.q + b * (kQuantGroup / 4) * pos.step, pos.step);
-    }
-  }
+TokenSlot token_slot(const QuantizedActivations& a, std::size_t t) {
+  const std::size_t tile = t / a.tile_tokens, j = t % a.tile_tokens;
+  const std::size_t first = tile * a.tile_tokens;
+  const std::size_t n = a.m - first < a.tile_tokens ? a.m - first : a.tile_tokens;
+  return {a.q + tile * a.q_tile_stride + 4 * j, 4 * n, first * a.blocks + j, n};
 }
 
 const LinearKernels kLinearScalar = {

@@ -1,5 +1,5 @@
-// Private to kernels/: the per-ISA building blocks of kv_append and sdpa.
-// Not part of the API; kv_cache.cc and sdpa.cc dispatch to these.
+// Private to kernels/: the per-ISA building blocks of sdpa.
+// Not part of the API; sdpa.cc dispatches to these.
 //
 // sdpa.cc owns the algorithm (tiling, masking, work split, scratch); the
 // per-ISA files provide the inner loops over one KV tile, so every path runs
@@ -107,28 +107,5 @@ inline constexpr std::size_t kVnniMaxHeadDim = 512;
 void scores_q8_avx512vnni(const float* q, std::size_t ld_q, std::size_t rows, const float* q_sum,
                           const std::int8_t* k, const float* k_scale, const std::int8_t* k_zero,
                           std::size_t n, std::size_t head_dim, float* s, std::size_t ld_s);
-
-// The KV cache's kernels per ISA (kv_cache.h's quantize_kv_row; every path
-// gives bit-identical results), dispatched as every family is
-// (kernels/cpu_features.h): kv_cache.cc holds the scalar table,
-// kv_cache_avx2.cc and kv_cache_avx512.cc their own.
-struct KvCacheKernels {
-  KvRowQuantization (*quantize_row)(const float* x, std::size_t n, std::int8_t* q);
-};
-extern const KvCacheKernels kKvCacheScalar;
-extern const KvCacheKernels kKvCacheAvx2;
-extern const KvCacheKernels kKvCacheAvx512;
-
-// The per-row parameters every path derives from a row's lo = min(0, min x)
-// and hi = max(0, max x) (kernels/kv_cache.h): scale = (hi - lo) / 255,
-// inv = 255 / (hi - lo), zero_point in [-128, 127]; all 0 for a row stored as
-// zeros. One out-of-line (scalar-compiled) function, so the paths cannot
-// differ in how they round these.
-struct KvRowParams {
-  float scale = 0.0f;
-  float inv = 0.0f;
-  int zero_point = 0;
-};
-KvRowParams kv_row_params(float lo, float hi);
 
 }  // namespace hearth::kernels::internal

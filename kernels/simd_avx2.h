@@ -76,6 +76,8 @@ static inline Vec fmaddsub(Vec a, Vec b, Vec c) { return _mm256_fmaddsub_ps(a, b
 static inline Vec swap_pairs(Vec v) { return _mm256_permute_ps(v, 0xb1); }
 static inline float reduce_add(Vec v) { return hsum(v); }
 static inline float reduce_max(Vec v) { return hmax(v); }
+static inline float reduce_min(Vec v) { return hmin(v); }
+static inline Vec abs(Vec v) { return _mm256_andnot_ps(_mm256_set1_ps(-0.0f), v); }
 static inline float first_lane(Vec v) { return _mm256_cvtss_f32(v); }
 static inline Vec round_nearest(Vec v) {
   return _mm256_round_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);

@@ -50,6 +50,8 @@ static inline float reduce_add(Vec v) {
   return _mm_cvtss_f32(s);
 }
 static inline float reduce_max(Vec v) { return _mm512_reduce_max_ps(v); }
+static inline float reduce_min(Vec v) { return _mm512_reduce_min_ps(v); }
+static inline Vec abs(Vec v) { return _mm512_abs_ps(v); }
 static inline float first_lane(Vec v) { return _mm512_cvtss_f32(v); }
 static inline Vec round_nearest(Vec v) {
   return _mm512_roundscale_ps(v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);

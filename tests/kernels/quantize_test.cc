@@ -1,11 +1,9 @@
-// Tests for kernels/quantize.h: every dispatched path against an independent
-// naive implementation written here, on odd shapes; the parameter guards; the
-// round-trip error bound; threading; and that the hot path never allocates.
-//
-// Exactness: the kernels' contract (quantize.h) fixes the arithmetic
-// (inv = 1/scale in float, one float product, round half to even), and the
-// min/max reduction is exact, so codes, scales and zero points must be
-// bit-identical across ISAs and thread counts: those comparisons use ==.
+// Tests for the quantization family (kernels/quantize.h): the asymmetric row
+// quantizer the int8 KV cache stores with, and Linear's activation quantizer
+// (kernels/linear_impl.h), each on every dispatched path against the scalar
+// reference (bit-identical: the rules are computed by one function and the
+// reductions are exact, so comparisons use ==) and against an independent
+// implementation of the documented rule written here, on odd shapes.
 #include "kernels/quantize.h"
 
 #include <gtest/gtest.h>
@@ -13,518 +11,442 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
-#include <limits>
 #include <random>
 #include <string>
 #include <vector>
 
 #include "kernels/cpu_features.h"
-#include "kernels/thread_pool.h"
+#include "kernels/linear_impl.h"
+#include "kernels/quantize_impl.h"
 #include "tests/support/heap_counter.h"
 
 namespace hearth::kernels {
 namespace {
 
-constexpr std::size_t kDims[] = {1, 7, 31, 33, 4097};
-constexpr std::size_t kTokens[] = {1, 3, 65};
-constexpr QScheme kSchemes[] = {QScheme::kAsymmetric, QScheme::kSymmetric};
-
-const char* scheme_name(QScheme s) { return s == QScheme::kSymmetric ? "symmetric" : "asymmetric"; }
-
-// ---- Naive reference, written from the definitions rather than from the
-// kernels' code: double arithmetic for the parameters, clamping after rounding.
-
-QParams naive_qparams(const float* x, std::size_t n, QScheme scheme) {
-  double mn = 0.0, mx = 0.0;  // the range always includes 0
-  for (std::size_t i = 0; i < n; ++i) {
-    mn = std::min(mn, static_cast<double>(x[i]));
-    mx = std::max(mx, static_cast<double>(x[i]));
-  }
-  if (scheme == QScheme::kSymmetric) {
-    const float s = static_cast<float>(std::max(-mn, mx) / 127.0);
-    return {std::max(s, kMinScale), 0};
-  }
-  float s = static_cast<float>((mx - mn) / 255.0);
-  if (s < kMinScale) {
-    // Widen [mn, mx] about 0 to 255 * kMinScale, keeping the ratio mn : mx.
-    const double target = 255.0 * static_cast<double>(kMinScale);
-    if (mx - mn == 0.0) {
-      mx = target;
-    } else {
-      const double k = target / (mx - mn);
-      mn *= k;
-      mx *= k;
-    }
-    s = kMinScale;
-  }
-  const double zmin = -128.0 - mn / s, zmax = 127.0 - mx / s;
-  const double z = (128.0 + std::fabs(mn / s) < 127.0 + std::fabs(mx / s)) ? zmin : zmax;
-  const double zr = std::nearbyint(std::clamp(z, -128.0, 127.0));
-  return {s, static_cast<std::int32_t>(zr)};
-}
-
-std::int8_t naive_quantize(float x, float scale, std::int32_t zp, int qmin = -128) {
-  const float prod = x * (1.0f / scale);
-  const double r = std::nearbyint(static_cast<double>(prod)) + zp;
-  return static_cast<std::int8_t>(std::clamp(r, static_cast<double>(qmin), 127.0));
-}
-
-float naive_dequantize(std::int8_t q, float scale, std::int32_t zp) {
-  return static_cast<float>(static_cast<int>(q) - zp) * scale;
-}
-
-// ---- Test data: activation-like rows of very different magnitudes, with
-// outliers, one-signed rows (ReLU-like), an all-zero row and a constant row.
-
-std::vector<float> make_activations(std::size_t tokens, std::size_t dim, std::uint32_t seed) {
+// `rows` rows of n values: normal around 0 with every 17th a 20x outlier (as
+// LLM activations have), each row scaled by its own magnitude in [1e-6, 1e3],
+// so scales differ widely and small rows show that nothing floors them.
+std::vector<float> random_rows(std::size_t rows, std::size_t n, std::uint32_t seed) {
   std::mt19937 rng(seed);
   std::normal_distribution<float> normal(0.0f, 1.0f);
-  std::uniform_real_distribution<float> log_mag(-4.0f, 2.5f);
-  std::uniform_int_distribution<int> pick(0, 49);
-  std::vector<float> x(tokens * dim);
-  for (std::size_t t = 0; t < tokens; ++t) {
-    float* row = x.data() + t * dim;
+  std::uniform_real_distribution<float> log_mag(-6.0f, 3.0f);
+  std::vector<float> x(rows * n);
+  for (std::size_t r = 0; r < rows; ++r) {
     const float mag = std::pow(10.0f, log_mag(rng));
-    const std::size_t kind = (t + seed) % 7;
-    for (std::size_t i = 0; i < dim; ++i) {
-      float v = normal(rng) * mag;
-      if (pick(rng) == 0) v *= 20.0f;  // outlier features, as in LLM activations
-      if (kind == 1) v = std::fabs(v);
-      if (kind == 2) v = -std::fabs(v) - 0.5f * mag;
-      if (kind == 3) v = 0.0f;
-      if (kind == 4) v = 0.75f * mag;
-      row[i] = v;
+    for (std::size_t i = 0; i < n; ++i)
+      x[r * n + i] = normal(rng) * mag * (i % 17 == 5 ? 20.0f : 1.0f);
+  }
+  return x;
+}
+
+// ---- Asymmetric rows (the int8 KV cache's) ----------------------------------
+
+// Independent check of one quantized row, in double: scale = (hi - lo) / 255
+// over the range widened to include 0; the zero point is the code of 0,
+// -128 - lo / scale, to within rounding; every element is within half a step
+// of scale * (q - zero_point); 0 maps to the zero point exactly, the minimum
+// (when negative) to -128 and the maximum (when positive) to the top code.
+//
+// Slack for float rounding: the kernel computes inv = 255 / range, x * inv
+// and scale = range / 255 in float, each off by u = 2^-24 relative, so
+// scale * round(x * inv) is off by at most 3u |x| beyond half a step (and the
+// clamp at 127 by a few u of the range); |x| and the range are at most
+// 255 scale, so 2^-12 scale covers it (tests/kernels/sdpa_test.cc relies on
+// this bound).
+void expect_row_quantized(const float* x, std::size_t n, const std::int8_t* q, QParams p) {
+  double lo = 0, hi = 0;
+  for (std::size_t i = 0; i < n; ++i) {
+    lo = std::min(lo, static_cast<double>(x[i]));
+    hi = std::max(hi, static_cast<double>(x[i]));
+  }
+  const double range = hi - lo;
+  if (range == 0) {
+    ASSERT_EQ(p.scale, 0.0f);
+    ASSERT_EQ(p.zero_point, 0);
+    for (std::size_t i = 0; i < n; ++i) ASSERT_EQ(q[i], 0);
+    return;
+  }
+  ASSERT_FLOAT_EQ(p.scale, static_cast<float>(range / 255.0));
+  ASSERT_GE(p.zero_point, -128);
+  ASSERT_LE(p.zero_point, 127);
+  const double scale = p.scale;
+  ASSERT_LE(std::fabs(p.zero_point - (-128.0 - lo / (range / 255.0))), 0.5 + 1e-3);
+  int top = -128;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double err = std::fabs(static_cast<double>(x[i]) - scale * (q[i] - p.zero_point));
+    ASSERT_LE(err, scale * (0.5 + 0x1p-12)) << "element " << i << " of " << n;
+    if (x[i] == 0.0f) {
+      ASSERT_EQ(q[i], p.zero_point) << "element " << i;
+    }
+    if (lo < 0 && x[i] == lo) {
+      ASSERT_EQ(q[i], -128) << "element " << i;
+    }
+    top = std::max(top, static_cast<int>(q[i]));
+  }
+  // The maximum maps to 127, or 126 when float rounding lands it just below
+  // a tie that its zero point's rounding went the other way on.
+  if (hi > 0) {
+    EXPECT_GE(top, 126);
+  }
+}
+
+TEST(QuantizeRowAsymmetric, EveryPathIsBitIdenticalToScalarAndWithinHalfAStep) {
+  const std::vector<std::size_t> sizes = {1,  7,  8,  13,  16,  17,  31,  32,
+                                          33, 64, 80, 100, 128, 129, 4097};
+  constexpr std::size_t kRows = 6;
+  for (std::size_t n : sizes) {
+    // Rows: 0 random around 0; 1 all >= 0 (post-ReLU-like); 2 all <= 0;
+    // 3 constant positive; 4 constant negative; 5 all zero.
+    std::vector<float> x = random_rows(kRows, n, static_cast<std::uint32_t>(n));
+    for (std::size_t i = 0; i < n; ++i) {
+      x[n + i] = std::max(0.0f, x[n + i]);
+      x[2 * n + i] = -std::fabs(x[2 * n + i]);
+      x[3 * n + i] = 0.37f;
+      x[4 * n + i] = -2.5f;
+      x[5 * n + i] = 0.0f;
+    }
+    std::vector<std::int8_t> ref(kRows * n), got(kRows * n);
+    QParams ref_p[kRows];
+    {
+      ScopedIsa forced(Isa::kScalar);
+      for (std::size_t r = 0; r < kRows; ++r)
+        ref_p[r] = quantize_row_asymmetric(&x[r * n], n, &ref[r * n]);
+    }
+    for (std::size_t r = 0; r < kRows; ++r) {
+      SCOPED_TRACE("n=" + std::to_string(n) + " row " + std::to_string(r));
+      expect_row_quantized(&x[r * n], n, &ref[r * n], ref_p[r]);
+    }
+    // Constant rows use the end code and decode to the constant.
+    EXPECT_EQ(ref[3 * n], 127);
+    EXPECT_EQ(ref_p[3].zero_point, -128);
+    EXPECT_EQ(ref[4 * n], -128);
+    EXPECT_EQ(ref_p[4].zero_point, 127);
+    for (Isa isa : supported_isas()) {
+      ScopedIsa forced(isa);
+      for (std::size_t r = 0; r < kRows; ++r) {
+        // A sentinel past the row: nothing beyond q[n) may be written.
+        std::memset(got.data(), 0x55, got.size());
+        const QParams p = quantize_row_asymmetric(&x[r * n], n, &got[r * n]);
+        const std::string what =
+            std::string(isa_name(isa)) + " n=" + std::to_string(n) + " row " + std::to_string(r);
+        EXPECT_EQ(p.scale, ref_p[r].scale) << what;
+        EXPECT_EQ(p.zero_point, ref_p[r].zero_point) << what;
+        EXPECT_EQ(std::memcmp(&got[r * n], &ref[r * n], n), 0) << what;
+        if (r + 1 < kRows) {
+          EXPECT_EQ(got[(r + 1) * n], 0x55) << what;
+        }
+      }
+    }
+  }
+}
+
+// Rows whose range is exactly 255 have step 1, so exact halves test the
+// rounding (half to even) of the codes and of the zero point on every path,
+// including in the tail of a vector.
+TEST(QuantizeRowAsymmetric, RoundsExactHalvesToEvenOnEveryPath) {
+  struct Case {
+    std::vector<float> head;  // the row starts with these, then 1.0f
+    std::vector<int> want;    // codes of head
+    int zero_point;
+  };
+  const std::vector<Case> cases = {
+      // lo -128, hi 127: zero point 0, codes round(x).
+      {{127.0f, -128.0f, 2.5f, -3.5f, 0.5f, -0.5f}, {127, -128, 2, -4, 0, 0}, 0},
+      // lo 0, hi 255: zero point -128, codes round(x) - 128.
+      {{255.0f, 2.5f, 3.5f, 0.0f}, {127, -126, -124, -128}, -128},
+      // lo -127.5: -128 - round(-127.5) = 0 (half to even), so 127.5 rounds
+      // to 128 and clamps to 127, half a step below.
+      {{127.5f, -127.5f, 1.5f}, {127, -128, 2}, 0},
+  };
+  for (std::size_t n : {6, 16, 17, 33, 47}) {
+    for (const Case& c : cases) {
+      std::vector<float> x(n, 1.0f);
+      std::copy(c.head.begin(), c.head.end(), x.begin());
+      for (Isa isa : supported_isas()) {
+        ScopedIsa forced(isa);
+        std::vector<std::int8_t> q(n, 0x55);
+        const QParams p = quantize_row_asymmetric(x.data(), n, q.data());
+        SCOPED_TRACE(std::string(isa_name(isa)) + " n=" + std::to_string(n));
+        EXPECT_EQ(p.scale, 1.0f);
+        EXPECT_EQ(p.zero_point, c.zero_point);
+        for (std::size_t i = 0; i < c.want.size(); ++i) EXPECT_EQ(q[i], c.want[i]) << "x " << x[i];
+        for (std::size_t i = c.head.size(); i < n; ++i) EXPECT_EQ(q[i], 1 + c.zero_point);
+      }
+    }
+  }
+}
+
+// Below kTinyRange a row is stored as zeros; at it and above, however small,
+// it keeps its own step (no floor on the scale).
+TEST(QuantizeRowAsymmetric, OnlyRowsBelowTheTinyRangeAreStoredAsZeros) {
+  const float tiny[5] = {1e-31f, -2e-31f, 0.0f, 3e-32f, 1e-38f};  // range 3e-31
+  const float at_threshold[2] = {kTinyRange, 0.0f};
+  const float small[3] = {1e-6f, -1e-6f, 5e-7f};  // far below any former 2^-14 floor
+  for (Isa isa : supported_isas()) {
+    ScopedIsa forced(isa);
+    SCOPED_TRACE(isa_name(isa));
+    std::int8_t q[5] = {1, 1, 1, 1, 1};
+    QParams p = quantize_row_asymmetric(tiny, 5, q);
+    EXPECT_EQ(p.scale, 0.0f);
+    EXPECT_EQ(p.zero_point, 0);
+    for (std::int8_t v : q) EXPECT_EQ(v, 0);
+
+    p = quantize_row_asymmetric(at_threshold, 2, q);
+    EXPECT_EQ(p.scale, kTinyRange / 255.0f);
+    EXPECT_EQ(p.zero_point, -128);
+    EXPECT_EQ(q[0], 127);
+    EXPECT_EQ(q[1], -128);
+
+    p = quantize_row_asymmetric(small, 3, q);
+    EXPECT_EQ(p.scale, (1e-6f - -1e-6f) / 255.0f);
+    expect_row_quantized(small, 3, q, p);
+  }
+}
+
+TEST(QuantizeRowAsymmetric, AnEmptyRowWritesNothing) {
+  for (Isa isa : supported_isas()) {
+    ScopedIsa forced(isa);
+    std::int8_t q = 0x55;
+    const QParams p = quantize_row_asymmetric(nullptr, 0, &q);
+    EXPECT_EQ(p.scale, 0.0f) << isa_name(isa);
+    EXPECT_EQ(p.zero_point, 0) << isa_name(isa);
+    EXPECT_EQ(q, 0x55) << isa_name(isa);
+  }
+}
+
+// Symmetric int8 (scale amax / 127, codes round(x / scale)) as a yardstick.
+// Adds the row's squared errors to *sq and keeps the largest in *worst.
+void symmetric_error(const float* x, std::size_t n, double* sq, double* worst) {
+  double amax = 0;
+  for (std::size_t i = 0; i < n; ++i) amax = std::max(amax, std::fabs(static_cast<double>(x[i])));
+  const double scale = amax / 127;
+  for (std::size_t i = 0; i < n; ++i) {
+    const double e =
+        amax == 0 ? std::fabs(x[i]) : std::fabs(x[i] - scale * std::nearbyint(x[i] / scale));
+    *sq += e * e;
+    *worst = std::max(*worst, e);
+  }
+}
+
+// The reason the KV cache's rows are asymmetric: a row of one sign (e.g.
+// after ReLU) spends half of the symmetric codes on values it never has.
+// Asymmetric uses all 256 codes on [0, max], so its step, and with it the
+// rounding error (RMS and worst case), is 127 / 255 ~ 0.498 of the symmetric
+// one. For rows around 0 the range is at most 2 amax, so it is never worse
+// (step <= 254 / 255 of the symmetric step).
+TEST(QuantizeRowAsymmetric, OneSignedRowsGetAboutHalfTheSymmetricError) {
+  constexpr std::size_t kN = 128, kRows = 64;
+  std::mt19937 rng(42);
+  std::normal_distribution<float> gauss(0.0f, 1.0f);
+  for (bool one_signed : {true, false}) {
+    SCOPED_TRACE(one_signed ? "post-ReLU rows" : "rows around 0");
+    double asym_sq = 0, asym_worst = 0, sym_sq = 0, sym_worst = 0;
+    std::vector<float> x(kN);
+    std::vector<std::int8_t> q(kN);
+    for (std::size_t r = 0; r < kRows; ++r) {
+      for (float& v : x) v = one_signed ? std::max(0.0f, gauss(rng)) : gauss(rng);
+      const QParams p = quantize_row_asymmetric(x.data(), kN, q.data());
+      for (std::size_t i = 0; i < kN; ++i) {
+        const double e = std::fabs(x[i] - static_cast<double>(p.scale) * (q[i] - p.zero_point));
+        asym_sq += e * e;
+        asym_worst = std::max(asym_worst, e);
+      }
+      symmetric_error(x.data(), kN, &sym_sq, &sym_worst);
+    }
+    const double rms_ratio = std::sqrt(asym_sq / sym_sq), worst_ratio = asym_worst / sym_worst;
+    std::printf("%s: asymmetric / symmetric error, RMS %.3f, worst %.3f\n",
+                one_signed ? "post-ReLU rows" : "rows around 0", rms_ratio, worst_ratio);
+    if (one_signed) {
+      // About 0.498; the RMS of ~4000 nonzero errors is within a few % of its
+      // expectation, the worst case within a few % of half a step.
+      EXPECT_GT(rms_ratio, 0.45);
+      EXPECT_LT(rms_ratio, 0.55);
+      EXPECT_LT(worst_ratio, 0.55);
+    } else {
+      EXPECT_LT(rms_ratio, 1.03);
+    }
+  }
+}
+
+TEST(QuantizeRowAsymmetric, MakesNoHeapAllocation) {
+  const std::vector<float> x = random_rows(1, 4097, 7);
+  std::vector<std::int8_t> q(x.size());
+  quantize_row_asymmetric(x.data(), x.size(), q.data());  // dispatch resolved
+  hearth::testing::HeapCounter counter;
+  quantize_row_asymmetric(x.data(), x.size(), q.data());
+  quantize_row_asymmetric(x.data(), 13, q.data());
+  EXPECT_EQ(counter.allocations(), 0u);
+}
+
+// ---- The rules ---------------------------------------------------------------
+
+TEST(QuantizeRules, TinyRangesGiveZerosAndSmallOnesKeepTheirStep) {
+  using internal::asymmetric_params;
+  using internal::symmetric_params;
+  const float below = std::nextafter(kTinyRange, 0.0f);
+  for (float amax : {0.0f, 1e-40f, below, std::nanf("")}) {
+    const internal::RowParams p = symmetric_params(amax);
+    EXPECT_EQ(p.scale, 0.0f) << amax;
+    EXPECT_EQ(p.inv, 0.0f) << amax;
+    EXPECT_EQ(p.zero_point, 0) << amax;
+    const internal::RowParams a = asymmetric_params(-amax / 2, amax / 2);
+    EXPECT_EQ(a.scale, 0.0f) << amax;
+    EXPECT_EQ(a.inv, 0.0f) << amax;
+    EXPECT_EQ(a.zero_point, 0) << amax;
+  }
+  // Symmetric: d = amax / 127, inv = 1 / d, codes in [-127, 127].
+  for (float amax : {kTinyRange, 1e-20f, 6e-5f, 1.0f, 3e30f}) {
+    const internal::RowParams p = symmetric_params(amax);
+    EXPECT_EQ(p.scale, amax / 127.0f) << amax;
+    EXPECT_EQ(p.inv, 1.0f / (amax / 127.0f)) << amax;
+    EXPECT_EQ(p.lo, -127.0f);
+    EXPECT_EQ(p.hi, 127.0f);
+    EXPECT_EQ(p.zero_point, 0);
+  }
+  // Asymmetric: scale = range / 255, inv = 255 / range, lo maps to -128.
+  const internal::RowParams a = asymmetric_params(-1e-20f, 3e-20f);
+  EXPECT_EQ(a.scale, (3e-20f - -1e-20f) / 255.0f);
+  EXPECT_EQ(a.inv, 255.0f / (3e-20f - -1e-20f));
+  EXPECT_EQ(a.zero_point, -128 - static_cast<int>(std::nearbyint(-1e-20f * a.inv)));
+  EXPECT_EQ(a.lo, static_cast<float>(-128 - a.zero_point));
+  EXPECT_EQ(a.hi, static_cast<float>(127 - a.zero_point));
+}
+
+// ---- Linear's activations ---------------------------------------------------
+
+using internal::QuantizedActivations;
+
+// The activation quantizer of each ISA this machine runs.
+struct Quantizer {
+  Isa isa;
+  internal::QuantizeFn fn;
+};
+
+std::vector<Quantizer> quantizers() {
+  std::vector<Quantizer> q = {{Isa::kScalar, internal::quantize_activations_scalar}};
+  if (isa_supported(Isa::kAvx2)) q.push_back({Isa::kAvx2, internal::quantize_activations_avx2});
+  if (isa_supported(Isa::kAvx512))
+    q.push_back({Isa::kAvx512, internal::quantize_activations_avx512});
+  return q;
+}
+
+// Owns the buffers of one QuantizedActivations, filled with a sentinel.
+struct Acts {
+  std::vector<std::int8_t> q;
+  std::vector<float> d;
+  std::vector<std::int32_t> bias;
+  QuantizedActivations a{};
+
+  Acts(std::size_t m, std::size_t blocks, std::size_t tile_tokens, bool per_token) {
+    const std::size_t stride = (tile_tokens * blocks * 32 + 63) / 64 * 64;
+    const std::size_t tiles = (m + tile_tokens - 1) / tile_tokens;
+    q.assign(tiles * stride, 0x55);
+    d.assign(per_token ? m : m * blocks, -1.0f);
+    bias.assign(m * blocks, 12345);
+    a = {q.data(), d.data(), bias.data(), m, blocks, tile_tokens, stride, per_token};
+  }
+  bool operator==(const Acts& o) const {
+    return q == o.q && bias == o.bias &&
+           std::memcmp(d.data(), o.d.data(), d.size() * sizeof(float)) == 0;
+  }
+};
+
+// random_rows with blocks that test the rule's edges: all zero, amax just
+// below and exactly at kTinyRange, subnormal, huge, one-signed.
+std::vector<float> make_activations(std::size_t m, std::size_t blocks, std::uint32_t seed) {
+  std::vector<float> x = random_rows(m, blocks * 32, seed);
+  for (std::size_t t = 0; t < m; ++t) {
+    for (std::size_t b = 0; b < blocks; ++b) {
+      float* xb = &x[(t * blocks + b) * 32];
+      const std::size_t kind = (t * 7 + b) % 9;
+      for (std::size_t i = 0; i < 32; ++i) {
+        float& v = xb[i];
+        if (kind == 1) v = 0.0f;
+        if (kind == 2) v = std::nextafter(kTinyRange, 0.0f) * (i % 2 == 0 ? 1.0f : -0.5f);
+        if (kind == 3) v = (i == 9 ? -kTinyRange : 0.25f * kTinyRange);
+        if (kind == 4) v = 1e-40f * static_cast<float>(i);  // subnormal
+        if (kind == 5) v *= 1e30f / (std::fabs(v) + 1.0f);  // up to 1e30
+        if (kind == 6) v = std::fabs(v);
+      }
     }
   }
   return x;
 }
 
-struct DynamicResult {
-  std::vector<std::int8_t> q;
-  std::vector<float> scales;
-  std::vector<std::int32_t> zps;
-  bool operator==(const DynamicResult& o) const {
-    return q == o.q && zps == o.zps &&
-           std::memcmp(scales.data(), o.scales.data(), scales.size() * sizeof(float)) == 0;
-  }
-};
-
-DynamicResult run_dynamic(const std::vector<float>& x, std::size_t tokens, std::size_t dim,
-                          QScheme scheme, ThreadPool* pool) {
-  DynamicResult r{std::vector<std::int8_t>(tokens * dim, 99), std::vector<float>(tokens, -1.0f),
-                  std::vector<std::int32_t>(tokens, 999)};
-  quantize_dynamic_per_token(x.data(), tokens, dim, scheme, r.q.data(), r.scales.data(),
-                             r.zps.data(), pool);
-  return r;
-}
-
-DynamicResult run_unfused(const std::vector<float>& x, std::size_t tokens, std::size_t dim,
-                          QScheme scheme, ThreadPool* pool) {
-  DynamicResult r{std::vector<std::int8_t>(tokens * dim, 99), std::vector<float>(tokens, -1.0f),
-                  std::vector<std::int32_t>(tokens, 999)};
-  choose_qparams_per_token(x.data(), tokens, dim, scheme, r.scales.data(), r.zps.data(), pool);
-  quantize_per_token(x.data(), tokens, dim, r.scales.data(), r.zps.data(), r.q.data(), pool);
-  return r;
-}
-
-DynamicResult naive_dynamic(const std::vector<float>& x, std::size_t tokens, std::size_t dim,
-                            QScheme scheme) {
-  DynamicResult r{std::vector<std::int8_t>(tokens * dim), std::vector<float>(tokens),
-                  std::vector<std::int32_t>(tokens)};
-  for (std::size_t t = 0; t < tokens; ++t) {
-    const QParams p = naive_qparams(x.data() + t * dim, dim, scheme);
-    r.scales[t] = p.scale;
-    r.zps[t] = p.zero_point;
-    for (std::size_t i = 0; i < dim; ++i)
-      r.q[t * dim + i] = naive_quantize(x[t * dim + i], p.scale, p.zero_point);
-  }
-  return r;
-}
-
-// ---- Every path against the naive reference.
-
-TEST(Quantize, DynamicPerTokenMatchesNaiveOnEveryPath) {
-  for (QScheme scheme : kSchemes) {
-    for (std::size_t tokens : kTokens) {
-      for (std::size_t dim : kDims) {
-        const auto x = make_activations(tokens, dim, static_cast<std::uint32_t>(tokens * 31 + dim));
-        const DynamicResult want = naive_dynamic(x, tokens, dim, scheme);
-        for (Isa isa : supported_isas()) {
-          ScopedIsa forced(isa);
-          SCOPED_TRACE(std::string(isa_name(isa)) + " " + scheme_name(scheme) + " " +
-                       std::to_string(tokens) + "x" + std::to_string(dim));
-          const DynamicResult fused = run_dynamic(x, tokens, dim, scheme, nullptr);
-          EXPECT_EQ(fused.scales, want.scales);
-          EXPECT_EQ(fused.zps, want.zps);
-          EXPECT_EQ(fused.q, want.q);
-          EXPECT_TRUE(run_unfused(x, tokens, dim, scheme, nullptr) == fused);
-        }
+// The documented rule, written here: d = amax / 127 (0 below kTinyRange),
+// q = round_half_even(x * (1 / d)), bias = -C * sum of the block's q.
+void expect_matches_rule(const std::vector<float>& x, const QuantizedActivations& a,
+                         std::int32_t bias_c, const std::string& what) {
+  const std::size_t n_in = a.blocks * 32;
+  for (std::size_t t = 0; t < a.m; ++t) {
+    const float* xt = &x[t * n_in];
+    const internal::TokenSlot s = internal::token_slot(a, t);
+    float row_amax = 0.0f;
+    for (std::size_t k = 0; k < n_in; ++k) row_amax = std::max(row_amax, std::fabs(xt[k]));
+    for (std::size_t b = 0; b < a.blocks; ++b) {
+      float amax = row_amax;
+      if (!a.per_token) {
+        amax = 0.0f;
+        for (std::size_t i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(xt[b * 32 + i]));
       }
+      const float d = amax < kTinyRange ? 0.0f : amax / 127.0f;
+      const float id = d == 0.0f ? 0.0f : 1.0f / d;
+      const float got_d = a.per_token ? a.d[t] : a.d[s.meta + b * s.n];
+      ASSERT_EQ(std::memcmp(&got_d, &d, sizeof d), 0) << what << " t=" << t << " b=" << b;
+      std::int32_t sum = 0;
+      for (std::size_t i = 0; i < 32; ++i) {
+        const int want = static_cast<int>(std::nearbyint(xt[b * 32 + i] * id));
+        ASSERT_LE(std::abs(want), 127);
+        const std::size_t k = b * 32 + i;
+        ASSERT_EQ(s.q[k / 4 * s.step + k % 4], want) << what << " t=" << t << " k=" << k;
+        sum += want;
+      }
+      ASSERT_EQ(a.bias[s.meta + b * s.n], -bias_c * sum) << what << " t=" << t << " b=" << b;
     }
   }
 }
 
-TEST(Quantize, PerTensorMatchesNaiveOnEveryPath) {
-  for (QScheme scheme : kSchemes) {
-    for (std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{31}, std::size_t{33},
-                          std::size_t{100}, std::size_t{4097}}) {
-      // A single "row" of n values drawn like one token.
-      const auto x = make_activations(1, n, static_cast<std::uint32_t>(n));
-      const QParams want = naive_qparams(x.data(), n, scheme);
-      for (Isa isa : supported_isas()) {
-        ScopedIsa forced(isa);
-        SCOPED_TRACE(std::string(isa_name(isa)) + " n=" + std::to_string(n));
-        const QParams p = choose_qparams(x.data(), n, scheme);
-        EXPECT_EQ(p.scale, want.scale);
-        EXPECT_EQ(p.zero_point, want.zero_point);
-        std::vector<std::int8_t> q(n);
-        quantize_per_tensor(x.data(), n, p, q.data(), nullptr);
-        std::vector<float> y(n);
-        dequantize_per_tensor(q.data(), n, p, y.data(), nullptr);
-        for (std::size_t i = 0; i < n; ++i) {
-          ASSERT_EQ(q[i], naive_quantize(x[i], p.scale, p.zero_point)) << i;
-          ASSERT_EQ(y[i], naive_dequantize(q[i], p.scale, p.zero_point)) << i;
-        }
-      }
-    }
-  }
-}
-
-TEST(Quantize, DequantizePerTokenMatchesNaiveOnEveryPath) {
-  for (std::size_t tokens : kTokens) {
-    for (std::size_t dim : kDims) {
-      const auto x = make_activations(tokens, dim, 7);
-      const DynamicResult r = naive_dynamic(x, tokens, dim, QScheme::kAsymmetric);
-      for (Isa isa : supported_isas()) {
-        ScopedIsa forced(isa);
-        std::vector<float> y(tokens * dim, -1.0f);
-        dequantize_per_token(r.q.data(), tokens, dim, r.scales.data(), r.zps.data(), y.data(),
-                             nullptr);
-        for (std::size_t t = 0; t < tokens; ++t)
-          for (std::size_t i = 0; i < dim; ++i)
-            ASSERT_EQ(y[t * dim + i], naive_dequantize(r.q[t * dim + i], r.scales[t], r.zps[t]))
-                << isa_name(isa) << " " << tokens << "x" << dim << " at " << t << "," << i;
-      }
-    }
-  }
-}
-
-// Per-channel parameters with scales spanning 2^-12 .. 2^3 and zero points
-// all over the int8 range; some values fall outside a channel's range, so the
-// clamp is exercised too.
-TEST(Quantize, PerChannelMatchesNaiveOnEveryPath) {
-  std::mt19937 rng(11);
-  std::uniform_int_distribution<int> zp_dist(-128, 127), exp_dist(-12, 3);
-  std::normal_distribution<float> normal(0.0f, 1.0f);
-  for (std::size_t rows : kTokens) {
-    for (std::size_t channels : kDims) {
-      std::vector<float> scales(channels), x(rows * channels);
-      std::vector<std::int32_t> zps(channels);
-      for (std::size_t c = 0; c < channels; ++c) {
-        scales[c] = std::ldexp(1.0f + 0.37f * static_cast<float>(c % 3), exp_dist(rng));
-        zps[c] = zp_dist(rng);
-      }
-      for (std::size_t r = 0; r < rows; ++r)
-        for (std::size_t c = 0; c < channels; ++c)
-          x[r * channels + c] = normal(rng) * 60.0f * scales[c];
-      for (Isa isa : supported_isas()) {
-        ScopedIsa forced(isa);
-        std::vector<std::int8_t> q(rows * channels);
-        std::vector<float> y(rows * channels);
-        quantize_per_channel(x.data(), rows, channels, scales.data(), zps.data(), q.data(),
-                             nullptr);
-        dequantize_per_channel(q.data(), rows, channels, scales.data(), zps.data(), y.data(),
-                               nullptr);
-        for (std::size_t r = 0; r < rows; ++r) {
-          for (std::size_t c = 0; c < channels; ++c) {
-            const std::size_t i = r * channels + c;
-            ASSERT_EQ(q[i], naive_quantize(x[i], scales[c], zps[c]))
-                << isa_name(isa) << " " << rows << "x" << channels << " at " << r << "," << c;
-            ASSERT_EQ(y[i], naive_dequantize(q[i], scales[c], zps[c]));
+// Every path writes the same bytes as the scalar reference, which follows
+// the rule, for every tile width the kernels use (1: scalar, 4, 6, 8), token
+// counts that leave short last tiles, and both granularities; and quantizing
+// the tokens in two ranges (as threads do) equals quantizing them at once.
+TEST(QuantizeActivations, EveryPathMatchesTheRuleInEveryTileLayout) {
+  std::uint32_t seed = 1;
+  for (std::size_t tile_tokens : {1, 4, 6, 8})
+    for (std::size_t m : {1, 3, 8, 13})
+      for (std::size_t blocks : {1, 3, 129})
+        for (bool per_token : {false, true}) {
+          const std::string what = "tile " + std::to_string(tile_tokens) +
+                                   " m=" + std::to_string(m) + " blocks=" + std::to_string(blocks) +
+                                   (per_token ? " per token" : " per block");
+          const std::vector<float> x = make_activations(m, blocks, seed++);
+          const std::int32_t bias_c = seed % 2 == 0 ? internal::kQ8Bias : internal::kQ4Bias;
+          Acts ref(m, blocks, tile_tokens, per_token);
+          internal::quantize_activations_scalar(x.data(), 0, m, bias_c, ref.a);
+          expect_matches_rule(x, ref.a, bias_c, what + " scalar");
+          for (const Quantizer& k : quantizers()) {
+            Acts got(m, blocks, tile_tokens, per_token);
+            k.fn(x.data(), 0, m, bias_c, got.a);
+            EXPECT_TRUE(got == ref) << what << " " << isa_name(k.isa) << " vs scalar";
+            Acts split(m, blocks, tile_tokens, per_token);
+            k.fn(x.data(), m / 2, m, bias_c, split.a);
+            k.fn(x.data(), 0, m / 2, bias_c, split.a);
+            EXPECT_TRUE(split == ref) << what << " " << isa_name(k.isa) << " in two ranges";
           }
         }
-      }
-    }
-  }
 }
 
-// x[r][c] must use scales[c] (the column), not scales[r].
-TEST(Quantize, PerChannelUsesTheColumnsParameters) {
-  const float x[] = {4, 4, 4, 8, 8, 8};  // 2 rows x 3 channels
-  const float scales[] = {1, 2, 4};
-  const std::int32_t zps[] = {0, 10, -10};
-  for (Isa isa : supported_isas()) {
-    ScopedIsa forced(isa);
-    std::int8_t q[6];
-    quantize_per_channel(x, 2, 3, scales, zps, q, nullptr);
-    const std::int8_t want[] = {4, 12, -9, 8, 14, -8};
-    for (int i = 0; i < 6; ++i) EXPECT_EQ(q[i], want[i]) << isa_name(isa) << " " << i;
-    float y[6];
-    dequantize_per_channel(q, 2, 3, scales, zps, y, nullptr);
-    for (int i = 0; i < 6; ++i) EXPECT_EQ(y[i], x[i]) << isa_name(isa) << " " << i;
-  }
-}
-
-// Exact halves must round to even (not away from zero), on every path and
-// in every lane position: scale 0.5 makes inv = 2 exact, so x * inv is exact.
-TEST(Quantize, RoundsHalfToEven) {
-  const float pattern[] = {0.25f, 0.75f, 1.25f, -0.25f, -0.75f, -1.25f, 63.25f};
-  const std::int8_t want_pattern[] = {0, 2, 2, 0, -2, -2, 126};
-  std::vector<float> x;
-  std::vector<std::int8_t> want;
-  for (int rep = 0; rep < 11; ++rep) {  // 77 values: SIMD bodies and tails
-    for (int i = 0; i < 7; ++i) {
-      x.push_back(pattern[i]);
-      want.push_back(want_pattern[i]);
-    }
-  }
-  for (Isa isa : supported_isas()) {
-    ScopedIsa forced(isa);
-    std::vector<std::int8_t> q(x.size());
-    quantize_per_tensor(x.data(), x.size(), QParams{0.5f, 0}, q.data(), nullptr);
-    EXPECT_EQ(q, want) << isa_name(isa);
-  }
-}
-
-// Values outside the representable range saturate instead of wrapping, even
-// when x * inv would overflow int32.
-TEST(Quantize, SaturatesOutOfRangeValues) {
-  std::vector<float> x;
-  for (int i = 0; i < 37; ++i) x.push_back((i % 2 ? 1.0f : -1.0f) * std::pow(10.0f, i % 35));
-  const QParams p{0.01f, 100};
-  for (Isa isa : supported_isas()) {
-    ScopedIsa forced(isa);
-    std::vector<std::int8_t> q(x.size());
-    quantize_per_tensor(x.data(), x.size(), p, q.data(), nullptr);
-    for (std::size_t i = 0; i < x.size(); ++i)
-      EXPECT_EQ(q[i], naive_quantize(x[i], p.scale, p.zero_point)) << isa_name(isa) << " " << i;
-    for (std::size_t i = 0; i < x.size(); ++i) {
-      if (std::fabs(x[i]) >= 1e3f) {
-        EXPECT_EQ(q[i], x[i] > 0 ? 127 : -128) << isa_name(isa) << i;
-      }
-    }
-  }
-}
-
-// ---- Parameter guards.
-
-TEST(QParams, RangeAlwaysIncludesZeroAndZeroIsExact) {
-  // All-positive data: 0 is the minimum of the extended range -> zp = -128.
-  QParams p = choose_qparams_from_range(2.0f, 10.0f, QScheme::kAsymmetric);
-  EXPECT_EQ(p.zero_point, -128);
-  EXPECT_FLOAT_EQ(p.scale, 10.0f / 255.0f);
-  // All-negative data -> zp = 127.
-  p = choose_qparams_from_range(-10.0f, -2.0f, QScheme::kAsymmetric);
-  EXPECT_EQ(p.zero_point, 127);
-  EXPECT_FLOAT_EQ(p.scale, 10.0f / 255.0f);
-  // Mixed: 0 maps onto an integer code, dequantizing to exactly 0.
-  std::mt19937 rng(3);
-  std::uniform_real_distribution<float> mag(-6.0f, 3.0f);
-  for (int i = 0; i < 2000; ++i) {
-    const float lo = -std::pow(10.0f, mag(rng)), hi = std::pow(10.0f, mag(rng));
-    for (QScheme scheme : kSchemes) {
-      p = choose_qparams_from_range(lo, hi, scheme);
-      EXPECT_GE(p.scale, kMinScale);
-      EXPECT_GE(p.zero_point, -128);
-      EXPECT_LE(p.zero_point, 127);
-      if (scheme == QScheme::kSymmetric) {
-        EXPECT_EQ(p.zero_point, 0);
-      }
-      const std::int8_t q0 = naive_quantize(0.0f, p.scale, p.zero_point);
-      EXPECT_EQ(q0, p.zero_point);
-      EXPECT_EQ(naive_dequantize(q0, p.scale, p.zero_point), 0.0f);
-      // The whole data range stays representable to within half a step (the
-      // zero point was rounded to an integer), plus float rounding of scale.
-      const double qmin = scheme == QScheme::kSymmetric ? -127.0 : -128.0;
-      const double tol = 1e-4 * p.scale;
-      EXPECT_GE(static_cast<double>(lo), (qmin - p.zero_point - 0.5) * p.scale - tol);
-      EXPECT_LE(static_cast<double>(hi), (127.0 - p.zero_point + 0.5) * p.scale + tol);
-    }
-  }
-}
-
-TEST(QParams, ZeroAndConstantInputsGetTheMinimumScale) {
-  for (Isa isa : supported_isas()) {
-    ScopedIsa forced(isa);
-    for (QScheme scheme : kSchemes) {
-      const std::vector<float> zeros(37, 0.0f);
-      QParams p = choose_qparams(zeros.data(), zeros.size(), scheme);
-      EXPECT_EQ(p.scale, kMinScale);
-      EXPECT_GE(p.zero_point, -128);
-      EXPECT_LE(p.zero_point, 127);
-      std::vector<std::int8_t> q(zeros.size());
-      quantize_per_tensor(zeros.data(), zeros.size(), p, q.data(), nullptr);
-      for (std::int8_t v : q) EXPECT_EQ(naive_dequantize(v, p.scale, p.zero_point), 0.0f);
-
-      // n == 0 behaves as all-zero data.
-      const QParams e = choose_qparams(nullptr, 0, scheme);
-      EXPECT_EQ(e.scale, p.scale);
-      EXPECT_EQ(e.zero_point, p.zero_point);
-
-      // A tiny constant: the scale is floored at kMinScale, never 0 or subnormal.
-      for (float c : {1e-9f, -1e-9f, 1e-30f, 0.003f, 0.5f, -0.5f}) {
-        const std::vector<float> k(33, c);
-        p = choose_qparams(k.data(), k.size(), scheme);
-        EXPECT_EQ(
-            p.scale,
-            std::max(kMinScale, std::fabs(c) / (scheme == QScheme::kSymmetric ? 127.0f : 255.0f)))
-            << c;
-        EXPECT_GE(p.zero_point, -128);
-        EXPECT_LE(p.zero_point, 127);
-      }
-    }
-  }
-  // kMinScale is the smallest normal fp16 and its reciprocal is exact.
-  EXPECT_EQ(kMinScale, std::ldexp(1.0f, -14));
-  EXPECT_EQ(1.0f / kMinScale, 16384.0f);
-}
-
-TEST(QParams, MatchTheKnownPyTorchValues) {
-  // Hand-computed from the definition: range [-1, 3] -> scale 4/255,
-  // zero point -128 + 1 / (4/255) = -128 + 63.75 -> -64.
-  const QParams p = choose_qparams_from_range(-1.0f, 3.0f, QScheme::kAsymmetric);
-  EXPECT_EQ(p.scale, static_cast<float>(4.0 / 255.0));
-  EXPECT_EQ(p.zero_point, -64);
-  const QParams s = choose_qparams_from_range(-1.0f, 3.0f, QScheme::kSymmetric);
-  EXPECT_EQ(s.scale, static_cast<float>(3.0 / 127.0));
-  EXPECT_EQ(s.zero_point, 0);
-}
-
-TEST(QParams, SymmetricNeverProducesMinus128) {
-  for (Isa isa : supported_isas()) {
-    ScopedIsa forced(isa);
-    const std::size_t tokens = 65, dim = 33;
-    const auto x = make_activations(tokens, dim, 5);
-    const DynamicResult r = run_dynamic(x, tokens, dim, QScheme::kSymmetric, nullptr);
-    const DynamicResult u = run_unfused(x, tokens, dim, QScheme::kSymmetric, nullptr);
-    for (std::int8_t v : u.q) ASSERT_GE(v, -127) << isa_name(isa);
-    for (std::int32_t z : r.zps) ASSERT_EQ(z, 0);
-    // The row's extreme value maps to exactly +-127 (full range used).
-    for (std::size_t t = 0; t < tokens; ++t) {
-      int amax = 0;
-      for (std::size_t i = 0; i < dim; ++i) amax = std::max(amax, std::abs(int{r.q[t * dim + i]}));
-      if (r.scales[t] > kMinScale) {
-        EXPECT_EQ(amax, 127) << t;
-      }
-    }
-  }
-}
-
-// ---- Round trip. For x inside the range the parameters were chosen from:
-// q = round(v) (+zp) with v = fl(x * fl(1/s)) = (x/s)(1+d1)(1+d2), |d| <= u = 2^-24,
-// so |round(v) - x/s| <= 1/2 + 2u|x|/s; dequantizing adds one more rounding,
-// u|y|. When the clamp acts (the edges, after the zero point was rounded to an
-// integer) the clamped code is within 1/2 of x/s plus the error of the float
-// scale (s is range/255 rounded to float: 255 steps of it differ from the
-// range by up to 255u*s). Together:
-//   |y - x| <= s/2 + 256u*s + 4u|x|.
-TEST(Quantize, RoundTripErrorIsAtMostHalfAStep) {
-  const double u = std::ldexp(1.0, -24);
-  double worst = 0;  // largest error seen, in steps
-  for (QScheme scheme : kSchemes) {
-    const std::size_t tokens = 65, dim = 4097;
-    const auto x = make_activations(tokens, dim, 21);
-    for (Isa isa : supported_isas()) {
-      ScopedIsa forced(isa);
-      const DynamicResult r = run_dynamic(x, tokens, dim, scheme, nullptr);
-      std::vector<float> y(tokens * dim);
-      dequantize_per_token(r.q.data(), tokens, dim, r.scales.data(), r.zps.data(), y.data(),
-                           nullptr);
-      for (std::size_t t = 0; t < tokens; ++t) {
-        const double s = r.scales[t];
-        for (std::size_t i = 0; i < dim; ++i) {
-          const double xi = x[t * dim + i];
-          const double err = std::fabs(static_cast<double>(y[t * dim + i]) - xi);
-          const double bound = s / 2 + 256 * u * s + 4 * u * std::fabs(xi);
-          ASSERT_LE(err, bound) << isa_name(isa) << " " << scheme_name(scheme) << " token " << t
-                                << " i " << i << " x " << xi << " scale " << s;
-          worst = std::max(worst, err / s);
-        }
-      }
-    }
-  }
-  // The bound is tight: varied rows come close to half a step.
-  EXPECT_GT(worst, 0.49);
-  EXPECT_LE(worst, 0.5 + 1e-4);
-}
-
-// ---- Threading: the pool must not change a single bit.
-
-TEST(Quantize, ThreadedEqualsSingleThreaded) {
-  ThreadPool pool(2);
-  for (QScheme scheme : kSchemes) {
-    for (Isa isa : supported_isas()) {
-      ScopedIsa forced(isa);
-      // 65 x 4097 = 266K elements: above kParallelMinElements, so it splits.
-      const std::size_t tokens = 65, dim = 4097;
-      const auto x = make_activations(tokens, dim, 9);
-      const DynamicResult one = run_dynamic(x, tokens, dim, scheme, nullptr);
-      EXPECT_TRUE(run_dynamic(x, tokens, dim, scheme, &pool) == one) << isa_name(isa);
-      EXPECT_TRUE(run_unfused(x, tokens, dim, scheme, &pool) == one) << isa_name(isa);
-
-      const std::size_t n = tokens * dim;
-      const QParams p1 = choose_qparams(x.data(), n, scheme, nullptr);
-      const QParams p2 = choose_qparams(x.data(), n, scheme, &pool);
-      EXPECT_EQ(p1.scale, p2.scale);
-      EXPECT_EQ(p1.zero_point, p2.zero_point);
-      std::vector<std::int8_t> q1(n), q2(n, 99);
-      quantize_per_tensor(x.data(), n, p1, q1.data(), nullptr);
-      quantize_per_tensor(x.data(), n, p1, q2.data(), &pool);
-      EXPECT_EQ(q1, q2);
-      std::vector<float> y1(n), y2(n, -1.0f);
-      dequantize_per_tensor(q1.data(), n, p1, y1.data(), nullptr);
-      dequantize_per_tensor(q1.data(), n, p1, y2.data(), &pool);
-      EXPECT_EQ(y1, y2);
-      dequantize_per_token(one.q.data(), tokens, dim, one.scales.data(), one.zps.data(), y1.data(),
-                           nullptr);
-      dequantize_per_token(one.q.data(), tokens, dim, one.scales.data(), one.zps.data(), y2.data(),
-                           &pool);
-      EXPECT_EQ(y1, y2);
-
-      // Per channel: transpose roles (4097 rows of 65 channels).
-      const std::size_t rows = dim, channels = tokens;
-      std::vector<float> cs(channels);
-      std::vector<std::int32_t> cz(channels);
-      for (std::size_t c = 0; c < channels; ++c) {
-        cs[c] = one.scales[c];
-        cz[c] = one.zps[c];
-      }
-      quantize_per_channel(x.data(), rows, channels, cs.data(), cz.data(), q1.data(), nullptr);
-      quantize_per_channel(x.data(), rows, channels, cs.data(), cz.data(), q2.data(), &pool);
-      EXPECT_EQ(q1, q2);
-      dequantize_per_channel(q1.data(), rows, channels, cs.data(), cz.data(), y1.data(), nullptr);
-      dequantize_per_channel(q1.data(), rows, channels, cs.data(), cz.data(), y2.data(), &pool);
-      EXPECT_EQ(y1, y2);
-    }
-  }
-}
-
-// ---- The hot path makes no heap allocation, single- or multi-threaded.
-
-TEST(Quantize, DynamicPerTokenMakesNoHeapAllocation) {
-  const std::size_t tokens = 64, dim = 4096;  // 256K elements: the pool splits it
-  const auto x = make_activations(tokens, dim, 13);
-  std::vector<std::int8_t> q(tokens * dim);
-  std::vector<float> scales(tokens), y(tokens * dim);
-  std::vector<std::int32_t> zps(tokens);
-  ThreadPool pool(2);
-  for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
-    for (QScheme scheme : kSchemes) {
-      // Warm-up: first use of the pool and of the ISA dispatch.
-      quantize_dynamic_per_token(x.data(), tokens, dim, scheme, q.data(), scales.data(), zps.data(),
-                                 p);
-      hearth::testing::HeapCounter counter;
-      quantize_dynamic_per_token(x.data(), tokens, dim, scheme, q.data(), scales.data(), zps.data(),
-                                 p);
-      choose_qparams_per_token(x.data(), tokens, dim, scheme, scales.data(), zps.data(), p);
-      quantize_per_token(x.data(), tokens, dim, scales.data(), zps.data(), q.data(), p);
-      dequantize_per_token(q.data(), tokens, dim, scales.data(), zps.data(), y.data(), p);
-      const QParams qp = choose_qparams(x.data(), x.size(), scheme, p);
-      quantize_per_tensor(x.data(), x.size(), qp, q.data(), p);
-      dequantize_per_tensor(q.data(), x.size(), qp, y.data(), p);
-      EXPECT_EQ(counter.allocations(), 0u) << (p ? "pool" : "no pool");
-    }
+TEST(QuantizeActivations, MakesNoHeapAllocation) {
+  const std::size_t m = 9, blocks = 128;
+  const std::vector<float> x = make_activations(m, blocks, 3);
+  for (const Quantizer& k : quantizers()) {
+    Acts acts(m, blocks, 8, false);
+    hearth::testing::HeapCounter counter;
+    k.fn(x.data(), 0, m, internal::kQ4Bias, acts.a);
+    EXPECT_EQ(counter.allocations(), 0u) << isa_name(k.isa);
   }
 }
 

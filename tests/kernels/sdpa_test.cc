@@ -67,7 +67,7 @@ namespace {
 // int8 quantization (bound_quant). Each cached element errs by at most half
 // a step, k_scale_p / 2 = (max_p - min_p) / 510 with the row's range widened
 // to include 0, plus 2^-12 k_scale_p for the float rounding of the quantizer
-// (kv_cache_test.cc derives it): h_p = k_scale_p (1/2 + 2^-12). So score p
+// (quantize_test.cc derives it): h_p = k_scale_p (1/2 + 2^-12). So score p
 // moves by at most
 //   Delta_p = scale * sum_d |q_d| * h_p,  Delta = max_p Delta_p.
 // Softmax weights then move by a factor within [e^-2Delta, e^2Delta]:

@@ -28,16 +28,6 @@ namespace {
 using namespace avx2;  // float primitives of kernels/linear_tile_body.h
 
 // The dot core of kernels/linear_tile_body.h: vpmaddubsw's u8 x s8 pairs.
-using IVec = __m256i;
-inline IVec load_unit(const std::uint8_t* p) {
-  return _mm256_load_si256(reinterpret_cast<const __m256i*>(p));
-}
-inline Vec unit_scales(const std::uint8_t* p) {
-  return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(p)));
-}
-inline Vec to_float(IVec v) { return _mm256_cvtepi32_ps(v); }
-inline IVec low_nibbles(IVec v) { return _mm256_and_si256(v, _mm256_set1_epi8(0x0f)); }
-inline IVec high_nibbles(IVec v) { return low_nibbles(_mm256_srli_epi16(v, 4)); }
 // Q4_0 sums int16 pairs over the whole block and widens them once, adding
 // the bias; Q8_0 recovers signed weights, so it has no bias to remove.
 template <bool kQ4>
@@ -85,21 +75,20 @@ void q4_half_tile(const PackedWeights& w, const QuantizedActivations& a, std::si
   const std::int8_t* xp = a.q + tile * a.q_tile_stride;
   const std::int32_t* bp = a.bias + first * a.blocks;
   const float* dp = a.d + (kPerToken ? first : first * a.blocks);
-  const __m256i low4 = _mm256_set1_epi8(0x0f);
   const __m256i ones16 = _mm256_set1_epi16(1);
   __m256 facc[T];
 #pragma GCC unroll 8
   for (int j = 0; j < T; ++j) facc[j] = _mm256_setzero_ps();
 
   for (std::size_t b = 0; b < a.blocks; ++b) {
-    __m256i u[8];
+    IVec u[8];
 #pragma GCC unroll 4
     for (int c = 0; c < 4; ++c) {
-      const __m256i raw = _mm256_load_si256(reinterpret_cast<const __m256i*>(wp + 64 * c));
-      u[c] = _mm256_and_si256(raw, low4);
-      u[c + 4] = _mm256_and_si256(_mm256_srli_epi16(raw, 4), low4);
+      const IVec raw = load_aligned(wp + 64 * c);
+      u[c] = low_nibbles(raw);
+      u[c + 4] = high_nibbles(raw);
     }
-    const __m256 dw = _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(sp)));
+    const Vec dw = load_f16_aligned(sp);
 #pragma GCC unroll 8
     for (int j = 0; j < T; ++j) {
       __m256i p[8];

@@ -32,14 +32,6 @@ inline __m512i load_broadcast(const std::int32_t* p) {
 
 // The dot core of kernels/linear_tile_body.h: vpdpbusd on the stored
 // (unsigned) weights, each block's accumulator starting at its bias.
-using IVec = __m512i;
-inline IVec load_unit(const std::uint8_t* p) { return _mm512_load_si512(p); }
-inline Vec unit_scales(const std::uint8_t* p) {
-  return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(p)));
-}
-inline Vec to_float(IVec v) { return _mm512_cvtepi32_ps(v); }
-inline IVec low_nibbles(IVec v) { return _mm512_and_si512(v, _mm512_set1_epi8(0x0f)); }
-inline IVec high_nibbles(IVec v) { return low_nibbles(_mm512_srli_epi16(v, 4)); }
 template <bool kQ4>
 inline IVec block_start(const std::int32_t* bias) {
   return load_broadcast(bias);

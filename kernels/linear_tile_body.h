@@ -14,9 +14,9 @@
 // the same bits).
 //
 // Primitives (besides the float set of kernels/simd_avx2.h / simd_avx512.h):
-//   IVec, load_unit(p)           kLanes x 4 bytes of packed weights (aligned)
+//   IVec, load_aligned(p)           kLanes x 4 bytes of packed weights (aligned)
 //   broadcast4(p)                the 4 bytes at p in every 32-bit lane
-//   unit_scales(p)               kLanes fp16 scales as floats
+//   load_f16_aligned(p)               kLanes fp16 scales as floats
 //   to_float(IVec)               int32 lanes as floats
 //   low_nibbles(v), high_nibbles(v)
 //   block_start<kQ4>(bias)       an accumulator at the start of a block
@@ -91,7 +91,7 @@ void tile(const PackedWeights& w, const QuantizedActivations& a, std::size_t g, 
         IVec lo[H], hi[H];
 #pragma GCC unroll 8
         for (int h = 0; h < H; ++h) {
-          const IVec raw = load_unit(wp + unit_bytes(h) + 64 * c);
+          const IVec raw = load_aligned(wp + unit_bytes(h) + 64 * c);
           lo[h] = low_nibbles(raw);
           hi[h] = high_nibbles(raw);
         }
@@ -108,7 +108,7 @@ void tile(const PackedWeights& w, const QuantizedActivations& a, std::size_t g, 
       for (int s = 0; s < 8; ++s) {
         Q8Unit wu[H];
 #pragma GCC unroll 8
-        for (int h = 0; h < H; ++h) wu[h] = q8_unit(load_unit(wp + unit_bytes(h) + 64 * s));
+        for (int h = 0; h < H; ++h) wu[h] = q8_unit(load_aligned(wp + unit_bytes(h) + 64 * s));
 #pragma GCC unroll 8
         for (int j = 0; j < T; ++j) {
           const IVec xv = broadcast4(xp + 4 * n * s + 4 * j);
@@ -119,7 +119,7 @@ void tile(const PackedWeights& w, const QuantizedActivations& a, std::size_t g, 
     }
 #pragma GCC unroll 8
     for (int h = 0; h < H; ++h) {
-      const Vec dw = unit_scales(sp + (h / kUnits) * gs + 2 * kLanes * (h % kUnits));
+      const Vec dw = load_f16_aligned(sp + (h / kUnits) * gs + 2 * kLanes * (h % kUnits));
 #pragma GCC unroll 8
       for (int j = 0; j < T; ++j) {
         const Vec fdot = to_float(block_finish<kQ4>(acc[h][j], bp + j));

@@ -124,6 +124,24 @@ static inline Vec load_bf16(const std::uint16_t* p) {
   return _mm256_castsi256_ps(_mm256_slli_epi32(v, 16));
 }
 
+// Integer vectors, for the quantized kernels' bodies.
+using IVec = __m256i;
+// kLanes x 4 bytes from p, 32-byte aligned.
+static inline IVec load_aligned(const std::uint8_t* p) {
+  return _mm256_load_si256(reinterpret_cast<const __m256i*>(p));
+}
+static inline Vec to_float(IVec v) { return _mm256_cvtepi32_ps(v); }
+static inline IVec low_nibbles(IVec v) { return _mm256_and_si256(v, _mm256_set1_epi8(0x0f)); }
+static inline IVec high_nibbles(IVec v) { return low_nibbles(_mm256_srli_epi16(v, 4)); }
+// kLanes fp16 (16-byte aligned) / u8 values as floats (exact conversions).
+static inline Vec load_f16_aligned(const std::uint8_t* p) {
+  return _mm256_cvtph_ps(_mm_load_si128(reinterpret_cast<const __m128i*>(p)));
+}
+static inline Vec load_u8(const std::uint8_t* p) {
+  return _mm256_cvtepi32_ps(
+      _mm256_cvtepu8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))));
+}
+
 // The 4 bytes at p in every 32-bit lane.
 static inline __m256i broadcast4(const std::int8_t* p) {
   std::int32_t v;

@@ -85,6 +85,22 @@ static inline Vec load_bf16(const std::uint16_t* p) {
   return _mm512_castsi512_ps(_mm512_slli_epi32(v, 16));
 }
 
+// Integer vectors, for the quantized kernels' bodies.
+using IVec = __m512i;
+// kLanes x 4 bytes from p, 64-byte aligned.
+static inline IVec load_aligned(const std::uint8_t* p) { return _mm512_load_si512(p); }
+static inline Vec to_float(IVec v) { return _mm512_cvtepi32_ps(v); }
+static inline IVec low_nibbles(IVec v) { return _mm512_and_si512(v, _mm512_set1_epi8(0x0f)); }
+static inline IVec high_nibbles(IVec v) { return low_nibbles(_mm512_srli_epi16(v, 4)); }
+// kLanes fp16 (32-byte aligned) / u8 values as floats (exact conversions).
+static inline Vec load_f16_aligned(const std::uint8_t* p) {
+  return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(p)));
+}
+static inline Vec load_u8(const std::uint8_t* p) {
+  return _mm512_cvtepi32_ps(
+      _mm512_cvtepu8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+}
+
 // The 4 bytes at p in every 32-bit lane.
 static inline __m512i broadcast4(const std::int8_t* p) {
   std::int32_t v;

@@ -14,6 +14,10 @@ const char* dtype_name(DType t) {
       return "Q8_0";
     case DType::kQ4_0:
       return "Q4_0";
+    case DType::kQ4_K:
+      return "Q4_K";
+    case DType::kQ6_K:
+      return "Q6_K";
   }
   return "unknown";
 }

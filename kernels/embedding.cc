@@ -7,6 +7,7 @@
 #include "kernels/activation_ops.h"
 #include "kernels/activation_ops_impl.h"
 #include "kernels/gguf_blocks.h"
+#include "kernels/gguf_kquants.h"
 
 namespace hearth::kernels {
 
@@ -21,7 +22,7 @@ absl::Status embedding_lookup(const void* table, DType type, std::size_t vocab, 
                                                                     : "out",
                                                    " with n = ", n));
   if (type != DType::kF32 && type != DType::kF16 && type != DType::kBF16 && type != DType::kQ8_0 &&
-      type != DType::kQ4_0)
+      type != DType::kQ4_0 && type != DType::kQ4_K && type != DType::kQ6_K)
     return absl::InvalidArgumentError(
         absl::StrCat("embedding_lookup: unknown table type ", static_cast<int>(type)));
   if (type != DType::kF32 && reinterpret_cast<std::uintptr_t>(table) % 2 != 0)
@@ -31,6 +32,10 @@ absl::Status embedding_lookup(const void* table, DType type, std::size_t vocab, 
   if ((type == DType::kQ8_0 || type == DType::kQ4_0) && dim % kQuantGroup != 0)
     return absl::InvalidArgumentError(absl::StrCat("embedding_lookup: dim = ", dim,
                                                    " is not a multiple of ", kQuantGroup, " for a ",
+                                                   dtype_name(type), " table"));
+  if ((type == DType::kQ4_K || type == DType::kQ6_K) && dim % kSuperBlock != 0)
+    return absl::InvalidArgumentError(absl::StrCat("embedding_lookup: dim = ", dim,
+                                                   " is not a multiple of ", kSuperBlock, " for a ",
                                                    dtype_name(type), " table"));
   for (std::size_t t = 0; t < n; ++t) {
     if (ids[t] < 0 || static_cast<std::size_t>(ids[t]) >= vocab)
@@ -60,6 +65,12 @@ absl::Status embedding_lookup(const void* table, DType type, std::size_t vocab, 
           break;
         case DType::kQ4_0:
           k.dequant_q4_0(reinterpret_cast<const BlockQ4_0*>(row), y, dim);
+          break;
+        case DType::kQ4_K:  // one row per token: the scalar decoders are enough
+          dequantize_row_q4_k(reinterpret_cast<const BlockQ4_K*>(row), y, dim);
+          break;
+        case DType::kQ6_K:
+          dequantize_row_q6_k(reinterpret_cast<const BlockQ6_K*>(row), y, dim);
           break;
       }
     }

@@ -13,8 +13,17 @@
 
 namespace hearth::kernels {
 
+using internal::kBlocksPerSuper;
 using internal::kGroupRows;
 using internal::kQ4BlockBytes;
+using internal::kQ4KDminOffset;
+using internal::kQ4KMinOffset;
+using internal::kQ4KScOffset;
+using internal::kQ4KSuperScaleBytes;
+using internal::kQ6BlockBytes;
+using internal::kQ6HighOffset;
+using internal::kQ6KScOffset;
+using internal::kQ6KSuperScaleBytes;
 using internal::kQ8BlockBytes;
 using internal::kScaleBytes;
 
@@ -76,17 +85,25 @@ absl::StatusOr<Linear> Linear::allocate_packed(Format format, std::size_t n_out,
   l.n_in_ = n_in;
   l.n_out_ = n_out;
   const std::size_t blocks = n_in / kQuantGroup;
-  const std::size_t block_bytes = format == Format::kQ8_0 ? kQ8BlockBytes : kQ4BlockBytes;
+  const std::size_t block_bytes = format == Format::kQ8_0   ? kQ8BlockBytes
+                                  : format == Format::kQ6_K ? kQ6BlockBytes
+                                                            : kQ4BlockBytes;
+  const std::size_t scale_bytes =
+      format == Format::kQ4_K   ? blocks / kBlocksPerSuper * kQ4KSuperScaleBytes
+      : format == Format::kQ6_K ? blocks / kBlocksPerSuper * kQ6KSuperScaleBytes
+                                : blocks * kScaleBytes;
   l.groups_ = (n_out + kGroupRows - 1) / kGroupRows;
   l.scales_offset_ = blocks * block_bytes;  // block_bytes is a multiple of 64
-  l.group_stride_ = l.scales_offset_ + round_up(blocks * kScaleBytes, 64);
+  l.group_stride_ = l.scales_offset_ + round_up(scale_bytes, 64);
   const std::size_t bytes = l.groups_ * l.group_stride_;
   l.packed_.reset(static_cast<std::uint8_t*>(allocate_streamed(bytes)));
   if (l.packed_ == nullptr)
     return absl::ResourceExhaustedError(
         absl::StrCat("Linear: cannot allocate ", bytes, " bytes of packed weights"));
-  // Padding rows and blocks: w = 0 (the stored bias value), scale 0.
-  const std::uint8_t zero_w = format == Format::kQ8_0 ? 0x80 : 0x88;
+  // Padding rows and blocks: w = 0 (the stored bias value; Q4_K, Q6_K: q = 0
+  // with scale and min 0), scale 0.
+  const std::uint8_t zero_w =
+      format == Format::kQ8_0 ? 0x80 : (format == Format::kQ4_0 ? 0x88 : 0x00);
   for (std::size_t g = 0; g < l.groups_; ++g) {
     std::uint8_t* group = l.packed_.get() + g * l.group_stride_;
     std::memset(group, zero_w, l.scales_offset_);
@@ -135,6 +152,80 @@ absl::StatusOr<Linear> Linear::from_q4_0(const BlockQ4_0* w, std::size_t n_out, 
                        for (std::size_t c = 0; c < 4; ++c)
                          std::memcpy(dst + c * 64, src.qs + 4 * c, 4);
                      });
+}
+
+absl::StatusOr<Linear> Linear::from_q4_k(const BlockQ4_K* w, std::size_t n_out, std::size_t n_in) {
+  HEARTH_RETURN_IF_ERROR(check_shape(n_out, n_in, true));
+  if (n_in % kSuperBlock != 0)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Linear::from_q4_k: n_in must be a multiple of 256 for Q4_K, got n_in=", n_in));
+  if (w == nullptr) return absl::InvalidArgumentError("Linear::from_q4_k: w is null");
+  HEARTH_ASSIGN_OR_RETURN(auto l, allocate_packed(Format::kQ4_K, n_out, n_in));
+  const std::size_t supers = n_in / kSuperBlock;
+  for (std::size_t row = 0; row < n_out; ++row) {
+    const std::size_t r = row % kGroupRows;
+    std::uint8_t* group = l.packed_.get() + row / kGroupRows * l.group_stride_;
+    for (std::size_t s = 0; s < supers; ++s) {
+      const BlockQ4_K& src = w[row * supers + s];
+      std::uint8_t* scales = group + l.scales_offset_ + s * kQ4KSuperScaleBytes;
+      std::memcpy(scales + 2 * r, &src.d, 2);
+      std::memcpy(scales + kQ4KDminOffset + 2 * r, &src.dmin, 2);
+      for (std::size_t j = 0; j < kBlocksPerSuper; ++j) {
+        k_scale_min(static_cast<int>(j), src.scales, &scales[kQ4KScOffset + kGroupRows * j + r],
+                    &scales[kQ4KMinOffset + kGroupRows * j + r]);
+        // Sub-block j's q: the low (even j) or high (odd j) nibbles of
+        // qs[32 (j / 2) ..]; stored in Q4_0's pairing (byte i: q[i] | q[i + 16] << 4).
+        const std::uint8_t* qs = src.qs + 32 * (j / 2);
+        const int shift = j % 2 == 0 ? 0 : 4;
+        auto q = [&](std::size_t i) { return static_cast<std::uint8_t>((qs[i] >> shift) & 0x0f); };
+        std::uint8_t* dst = group + (s * kBlocksPerSuper + j) * kQ4BlockBytes + r * 4;
+        for (std::size_t c = 0; c < 4; ++c)
+          for (std::size_t k = 0; k < 4; ++k)
+            dst[c * 64 + k] = static_cast<std::uint8_t>(q(4 * c + k) | q(16 + 4 * c + k) << 4);
+      }
+    }
+  }
+  return l;
+}
+
+absl::StatusOr<Linear> Linear::from_q6_k(const BlockQ6_K* w, std::size_t n_out, std::size_t n_in) {
+  HEARTH_RETURN_IF_ERROR(check_shape(n_out, n_in, true));
+  if (n_in % kSuperBlock != 0)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Linear::from_q6_k: n_in must be a multiple of 256 for Q6_K, got n_in=", n_in));
+  if (w == nullptr) return absl::InvalidArgumentError("Linear::from_q6_k: w is null");
+  HEARTH_ASSIGN_OR_RETURN(auto l, allocate_packed(Format::kQ6_K, n_out, n_in));
+  const std::size_t supers = n_in / kSuperBlock;
+  for (std::size_t row = 0; row < n_out; ++row) {
+    const std::size_t r = row % kGroupRows;
+    std::uint8_t* group = l.packed_.get() + row / kGroupRows * l.group_stride_;
+    for (std::size_t s = 0; s < supers; ++s) {
+      const BlockQ6_K& src = w[row * supers + s];
+      std::uint8_t* scales = group + l.scales_offset_ + s * kQ6KSuperScaleBytes;
+      std::memcpy(scales + 2 * r, &src.d, 2);
+      for (std::size_t k = 0; k < 16; ++k)
+        scales[kQ6KScOffset + kGroupRows * k + r] = static_cast<std::uint8_t>(src.scales[k]);
+      for (std::size_t j = 0; j < kBlocksPerSuper; ++j) {
+        // Block j's q in the layout of kernels/linear_impl.h: low 4 bits as
+        // Q4_0-style nibbles, the top 2 bits of inputs 4c + k (and 16 + 4c + k)
+        // at bits 2c of byte k of the row.
+        auto q = [&](std::size_t i) { return q6_k_value(src, 32 * j + i); };
+        std::uint8_t* dst = group + (s * kBlocksPerSuper + j) * kQ6BlockBytes + r * 4;
+        for (std::size_t k = 0; k < 4; ++k) {
+          std::uint8_t top_lo = 0, top_hi = 0;
+          for (std::size_t c = 0; c < 4; ++c) {
+            dst[c * 64 + k] =
+                static_cast<std::uint8_t>((q(4 * c + k) & 0x0f) | (q(16 + 4 * c + k) & 0x0f) << 4);
+            top_lo |= static_cast<std::uint8_t>((q(4 * c + k) >> 4) << (2 * c));
+            top_hi |= static_cast<std::uint8_t>((q(16 + 4 * c + k) >> 4) << (2 * c));
+          }
+          dst[kQ6HighOffset + k] = top_lo;
+          dst[kQ6HighOffset + 64 + k] = top_hi;
+        }
+      }
+    }
+  }
+  return l;
 }
 
 absl::StatusOr<Linear> Linear::from_f32(const float* w, std::size_t n_out, std::size_t n_in) {
@@ -293,18 +384,23 @@ absl::Status Linear::quantize_input(const float* x, std::size_t m, MemoryAllocat
   a.q = nullptr;
   a.d = nullptr;
   a.bias = nullptr;
+  a.low_sum = nullptr;
   if (MemoryAllocator::checked_mul(tiles, a.q_tile_stride, &q_bytes) &&
       MemoryAllocator::checked_mul(m, blocks, &meta)) {
     a.q = scratch.allocate_array<std::int8_t>(q_bytes);
     a.d = scratch.allocate_array<float>(a.per_token ? m : meta);
     a.bias = scratch.allocate_array<std::int32_t>(meta);
+    a.low_sum = scratch.allocate_array<std::int32_t>(meta);
   }
-  if (a.q == nullptr || a.d == nullptr || a.bias == nullptr)
+  if (a.q == nullptr || a.d == nullptr || a.bias == nullptr || a.low_sum == nullptr)
     return absl::ResourceExhaustedError(
         absl::StrCat("Linear::forward: cannot allocate the quantized activations (m=", m,
                      ", n_in=", n_in_, ") from scratch"));
 
-  const std::int32_t bias_c = format_ == Format::kQ8_0 ? internal::kQ8Bias : internal::kQ4Bias;
+  const std::int32_t bias_c = format_ == Format::kQ8_0   ? internal::kQ8Bias
+                              : format_ == Format::kQ4_0 ? internal::kQ4Bias
+                              : format_ == Format::kQ4_K ? internal::kQ4KBias
+                                                         : internal::kQ6KBias;
   const std::size_t threads = pool != nullptr ? pool->threads() : 1;
   if (threads > 1 && m > 1 && m * n_in_ >= kMinParallelQuantize) {
     pool->parallel_for(m, 1,
@@ -318,7 +414,9 @@ absl::Status Linear::quantize_input(const float* x, std::size_t m, MemoryAllocat
 internal::MatmulFn Linear::matmul_fn(bool per_token) const {
   const internal::LinearKernels& k = linear_kernels();
   if (format_ == Format::kQ8_0) return per_token ? k.q8_0_per_token : k.q8_0_per_group;
-  return per_token ? k.q4_0_per_token : k.q4_0_per_group;
+  if (format_ == Format::kQ4_0) return per_token ? k.q4_0_per_token : k.q4_0_per_group;
+  if (format_ == Format::kQ4_K) return per_token ? k.q4_k_per_token : k.q4_k_per_group;
+  return per_token ? k.q6_k_per_token : k.q6_k_per_group;
 }
 
 internal::PackedWeights Linear::packed_weights() const {

@@ -1,4 +1,4 @@
-// Linear layers: y = x W^T, for weights in GGUF Q8_0 or Q4_0 blocks (integer
+// Linear layers: y = x W^T, for weights in GGUF Q8_0, Q4_0, Q4_K or Q6_K blocks (integer
 // dot products on activations quantized to int8 on the fly) or in float
 // (through XNNPACK).
 //
@@ -20,6 +20,14 @@
 // in order, in float:
 //   kPerGroup32: acc = fma(float(dot_b), d_w[b] * d_x[b], acc);  y = acc
 //   kPerToken:   acc = fma(float(dot_b), d_w[b], acc);            y = acc * d_x
+// Q4_K (super-blocks of 8 blocks: w = d * sc_b * q - dmin * m_b, q unsigned)
+// takes d_w[b] = d * sc_b (exact in float) and adds its block's mins right
+// after, with s_b = -sum(q_x of block b):
+//   kPerGroup32: acc = fma(dmin * m_b, d_x[b] * s_b, acc)
+//   kPerToken:   acc = fma(dmin * m_b, s_b, acc)
+// Q6_K (w = d * sc_k * (q - 32), a scale per 16 inputs) splits each block in
+// its two halves h, each with its exact dot_h = sum (q - 32) q_x and scale
+// d * sc_h, accumulated low half first as above (two fmas per block).
 // Every ISA path (scalar, AVX2, AVX-512, AVX-512 VNNI) computes exactly these
 // operations in exactly this order, and threads split outputs, never the sum,
 // so every path and every thread count give bit-identical results: a model's
@@ -52,7 +60,12 @@
 // depends on the activations only and is subtracted once per block and token.
 // Q4_0 keeps GGUF's nibble pairing: the low nibbles of a 64-byte chunk c are
 // inputs 4c..4c+3 of the block and the high nibbles inputs 16+4c..16+4c+3.
-// Bytes read per weight: 1.0625 (Q8_0), 0.5625 (Q4_0), as in the GGUF file.
+// Q4_K's blocks are its sub-blocks' q (no bias: its mins are subtracted in
+// float) in Q4_0's pairing, and its scales region holds each super-block's
+// d and dmin (fp16) and 8-bit sub-block scales and mins per row.
+// Bytes read per weight: 1.0625 (Q8_0), 0.5625 (Q4_0), as in the GGUF file;
+// 0.578 (Q4_K, 1.028x the file's 0.5625: the 6-bit scales and mins are
+// stored as bytes); 0.820 (Q6_K, as in the file: 4-bit nibbles, 2-bit tops).
 #pragma once
 
 #include <cstddef>
@@ -63,6 +76,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "kernels/gguf_blocks.h"
+#include "kernels/gguf_kquants.h"
 #include "kernels/thread_pool.h"
 #include "memory/memory_allocator.h"
 
@@ -82,7 +96,7 @@ struct AlignedFree {
 
 class Linear {
  public:
-  enum class Format { kF32, kQ8_0, kQ4_0 };
+  enum class Format { kF32, kQ8_0, kQ4_0, kQ4_K, kQ6_K };
   // How activations are quantized to int8 on the quantized path (ignored by
   // the float path): one scale per 32 inputs, or one per token.
   enum class ActivationQuant { kPerGroup32, kPerToken };
@@ -98,6 +112,10 @@ class Linear {
   // buffer may be freed on return.
   static absl::StatusOr<Linear> from_q8_0(const BlockQ8_0* w, std::size_t n_out, std::size_t n_in);
   static absl::StatusOr<Linear> from_q4_0(const BlockQ4_0* w, std::size_t n_out, std::size_t n_in);
+  // GGUF Q4_K / Q6_K super-blocks, row-major (n_in / 256 per row); n_in must
+  // be a multiple of 256. Packed without loss: the same q, scales and mins.
+  static absl::StatusOr<Linear> from_q4_k(const BlockQ4_K* w, std::size_t n_out, std::size_t n_in);
+  static absl::StatusOr<Linear> from_q6_k(const BlockQ6_K* w, std::size_t n_out, std::size_t n_in);
 
   Linear(Linear&&) noexcept;
   Linear& operator=(Linear&&) noexcept;

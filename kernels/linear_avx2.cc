@@ -28,9 +28,10 @@ namespace {
 using namespace avx2;  // float primitives of kernels/linear_tile_body.h
 
 // The dot core of kernels/linear_tile_body.h: vpmaddubsw's u8 x s8 pairs.
-// Q4_0 sums int16 pairs over the whole block and widens them once, adding
-// the bias; Q8_0 recovers signed weights, so it has no bias to remove.
-template <bool kQ4>
+// Q4_0 and Q4_K sum int16 pairs over the whole block and widen them once
+// (Q4_0 adding its bias); Q8_0 recovers signed weights, so it has no bias to
+// remove.
+template <WeightFormat kF>
 inline IVec block_start(const std::int32_t*) {
   return _mm256_setzero_si256();
 }
@@ -38,12 +39,17 @@ inline IVec q4_products(IVec acc, IVec lo, IVec hi, IVec xlo, IVec xhi) {
   acc = _mm256_add_epi16(acc, _mm256_maddubs_epi16(lo, xlo));
   return _mm256_add_epi16(acc, _mm256_maddubs_epi16(hi, xhi));
 }
-template <bool kQ4>
+template <WeightFormat kF>
 inline IVec block_finish(IVec acc, const std::int32_t* bias) {
-  if constexpr (kQ4) {
-    return _mm256_add_epi32(_mm256_set1_epi32(*bias), _mm256_madd_epi16(acc, _mm256_set1_epi16(1)));
-  }
-  return acc;
+  if constexpr (kF == WeightFormat::kQ8_0) return acc;
+  const IVec wide = _mm256_madd_epi16(acc, _mm256_set1_epi16(1));
+  if constexpr (kF == WeightFormat::kQ4_0) return _mm256_add_epi32(_mm256_set1_epi32(*bias), wide);
+  return wide;
+}
+// Q6_K: two steps' int16 pairs summed (at most 2 x 2 x 63 x 127), widened once.
+inline IVec pair_products(IVec acc, IVec q0, IVec x0, IVec q1, IVec x1) {
+  const IVec p = _mm256_add_epi16(_mm256_maddubs_epi16(q0, x0), _mm256_maddubs_epi16(q1, x1));
+  return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
 }
 // Q8_0: |w| (a valid u8 even for w = -128) times x carrying w's sign.
 struct Q8Unit {
@@ -61,24 +67,23 @@ constexpr std::size_t kQ4DecodePrefetchBlocks = 0;
 
 #include "kernels/linear_tile_body.h"
 
-// Q4_0: one half (8 rows) of row group g x all T tokens of token tile
-// `tile` (T is the tile's width). The half's block is unpacked once into 8
-// registers of nibbles (u[c]: inputs 4c..4c+3, u[c + 4]: inputs 16+4c..+3);
+// Q4_0 or Q4_K: one half (8 rows) of row group g x all T tokens of token
+// tile `tile` (T is the tile's width). The half's block is unpacked once into
+// 8 registers of nibbles (u[c]: inputs 4c..4c+3, u[c + 4]: inputs 16+4c..+3);
 // each token's 8 products are summed in int16 (at most 8 x 2 x 15 x 127 =
 // 30480), widened once, and accumulated in float as on every path.
-template <int T, bool kPerToken>
+template <WeightFormat kF, int T, bool kPerToken>
 void q4_half_tile(const PackedWeights& w, const QuantizedActivations& a, std::size_t g,
                   std::size_t half, std::size_t tile, float* y, std::size_t ldy) {
   const std::size_t first = tile * a.tile_tokens;
   const std::uint8_t* wp = w.data + g * w.group_stride + 32 * half;
-  const std::uint8_t* sp = w.data + g * w.group_stride + w.scales_offset + 16 * half;
+  const std::uint8_t* sp = w.data + g * w.group_stride + w.scales_offset;
   const std::int8_t* xp = a.q + tile * a.q_tile_stride;
   const std::int32_t* bp = a.bias + first * a.blocks;
   const float* dp = a.d + (kPerToken ? first : first * a.blocks);
-  const __m256i ones16 = _mm256_set1_epi16(1);
-  __m256 facc[T];
+  Vec facc[T];
 #pragma GCC unroll 8
-  for (int j = 0; j < T; ++j) facc[j] = _mm256_setzero_ps();
+  for (int j = 0; j < T; ++j) facc[j] = zero();
 
   for (std::size_t b = 0; b < a.blocks; ++b) {
     IVec u[8];
@@ -88,27 +93,28 @@ void q4_half_tile(const PackedWeights& w, const QuantizedActivations& a, std::si
       u[c] = low_nibbles(raw);
       u[c + 4] = high_nibbles(raw);
     }
-    const Vec dw = load_f16_aligned(sp);
+    Vec dw, dmin;
+    unit_scales<kF>(sp, static_cast<int>(half), b, dw, dmin);
 #pragma GCC unroll 8
     for (int j = 0; j < T; ++j) {
-      __m256i p[8];
+      IVec p[8];
 #pragma GCC unroll 8
       for (int s = 0; s < 8; ++s)
         p[s] = _mm256_maddubs_epi16(u[s], broadcast4(xp + 4 * T * s + 4 * j));
-      const __m256i sum16 = _mm256_add_epi16(
+      const IVec sum16 = _mm256_add_epi16(
           _mm256_add_epi16(_mm256_add_epi16(p[0], p[1]), _mm256_add_epi16(p[2], p[3])),
           _mm256_add_epi16(_mm256_add_epi16(p[4], p[5]), _mm256_add_epi16(p[6], p[7])));
-      const __m256i dot =
-          _mm256_add_epi32(_mm256_set1_epi32(bp[j]), _mm256_madd_epi16(sum16, ones16));
-      const __m256 fdot = _mm256_cvtepi32_ps(dot);
+      const Vec fdot = to_float(block_finish<kF>(sum16, bp + j));
       if constexpr (kPerToken) {
-        facc[j] = _mm256_fmadd_ps(fdot, dw, facc[j]);
+        facc[j] = fmadd(fdot, dw, facc[j]);
       } else {
-        facc[j] = _mm256_fmadd_ps(fdot, _mm256_mul_ps(dw, _mm256_set1_ps(dp[j])), facc[j]);
+        facc[j] = fmadd(fdot, mul(dw, set1(dp[j])), facc[j]);
       }
+      if constexpr (kF == WeightFormat::kQ4_K)
+        facc[j] = fmadd(dmin, set1(token_min<kPerToken>(dp[j], bp[j])), facc[j]);
     }
     wp += kQ4BlockBytes;
-    sp += kScaleBytes;
+    sp = next_scales<kF>(sp, b);
     xp += 4 * T * 8;
     bp += T;
     if constexpr (!kPerToken) dp += T;
@@ -135,33 +141,33 @@ static_assert(kTileTokensAvx2 == 8, "q4_tiles() covers tiles of 1..8 tokens");
 // Widest Q4_0 token tile that still runs as pair tiles.
 constexpr std::size_t kPairTileMaxTokensQ4 = 2;
 
-// Q4_0, row group g x token tile p of n tokens (1..8).
-template <bool kPerToken>
+// Q4_0 or Q4_K, row group g x token tile p of n tokens (1..8).
+template <WeightFormat kF, bool kPerToken>
 void q4_tiles(const PackedWeights& w, const QuantizedActivations& a, std::size_t g, std::size_t p,
               std::size_t n, float* y, std::size_t ldy) {
   using Fn = void (*)(const PackedWeights&, const QuantizedActivations&, std::size_t, std::size_t,
                       std::size_t, float*, std::size_t);
-  static constexpr Fn kByWidth[] = {q4_half_tile<1, kPerToken>, q4_half_tile<2, kPerToken>,
-                                    q4_half_tile<3, kPerToken>, q4_half_tile<4, kPerToken>,
-                                    q4_half_tile<5, kPerToken>, q4_half_tile<6, kPerToken>,
-                                    q4_half_tile<7, kPerToken>, q4_half_tile<8, kPerToken>};
+  static constexpr Fn kByWidth[] = {q4_half_tile<kF, 1, kPerToken>, q4_half_tile<kF, 2, kPerToken>,
+                                    q4_half_tile<kF, 3, kPerToken>, q4_half_tile<kF, 4, kPerToken>,
+                                    q4_half_tile<kF, 5, kPerToken>, q4_half_tile<kF, 6, kPerToken>,
+                                    q4_half_tile<kF, 7, kPerToken>, q4_half_tile<kF, 8, kPerToken>};
   // A half whose rows are all padding (the last group of n_out % 16 <= 8) is skipped.
   const std::size_t halves = w.n_out - g * kGroupRows > 8 ? 2 : 1;
   for (std::size_t h = 0; h < halves; ++h) kByWidth[n - 1](w, a, g, h, p, y, ldy);
 }
 
-// Row group g x token tile p of n tokens, 2 tokens at a time: Q8_0 always,
-// Q4_0 when the tile is too narrow for unpacking once to pay (measured with
+// Row group g x token tile p of n tokens, 2 tokens at a time: Q8_0 and Q6_K
+// always, int4 when the tile is too narrow for unpacking once to pay (measured with
 // bench_batched_step: 2 tokens run faster as one 16-row tile).
-template <bool kQ4, bool kPerToken>
+template <WeightFormat kF, bool kPerToken>
 void pair_tiles(const PackedWeights& w, const QuantizedActivations& a, std::size_t g, std::size_t p,
                 std::size_t n, float* y, std::size_t ldy) {
   std::size_t j = 0;
-  for (; j + 2 <= n; j += 2) tile<1, 2, kQ4, kPerToken>(w, a, g, p, j, n, y, ldy);
-  if (j < n) tile<1, 1, kQ4, kPerToken>(w, a, g, p, j, n, y, ldy);
+  for (; j + 2 <= n; j += 2) tile<1, 2, kF, kPerToken>(w, a, g, p, j, n, y, ldy);
+  if (j < n) tile<1, 1, kF, kPerToken>(w, a, g, p, j, n, y, ldy);
 }
 
-template <bool kQ4, bool kPerToken>
+template <WeightFormat kF, bool kPerToken>
 void run(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0, std::size_t g1,
          std::size_t t0, std::size_t t1, float* y, std::size_t ldy) {
   const std::size_t tt = a.tile_tokens;
@@ -169,24 +175,27 @@ void run(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0, 
   auto tokens = [&](std::size_t p) { return a.m - p * tt < tt ? a.m - p * tt : tt; };
   std::size_t g = g0;
   if (a.m == 1) {  // decode: the streaming GEMV tile
-    for (; g + 2 <= g1; g += 2) tile<2, 1, kQ4, kPerToken, 1>(w, a, g, 0, 0, 1, y, ldy);
-    if (g < g1) tile<1, 1, kQ4, kPerToken, 1>(w, a, g, 0, 0, 1, y, ldy);
+    for (; g + 2 <= g1; g += 2) tile<2, 1, kF, kPerToken, 1>(w, a, g, 0, 0, 1, y, ldy);
+    if (g < g1) tile<1, 1, kF, kPerToken, 1>(w, a, g, 0, 0, 1, y, ldy);
     return;
   }
   for (; g < g1; ++g)
     for (std::size_t p = p0; p < p1; ++p) {
       const std::size_t n = tokens(p);
-      if (kQ4 && n > kPairTileMaxTokensQ4) {
-        q4_tiles<kPerToken>(w, a, g, p, n, y, ldy);
+      if ((kF == WeightFormat::kQ4_0 || kF == WeightFormat::kQ4_K) && n > kPairTileMaxTokensQ4) {
+        q4_tiles<kF, kPerToken>(w, a, g, p, n, y, ldy);
       } else {
-        pair_tiles<kQ4, kPerToken>(w, a, g, p, n, y, ldy);
+        pair_tiles<kF, kPerToken>(w, a, g, p, n, y, ldy);
       }
     }
 }
 
 }  // namespace
 
-const LinearKernels kLinearAvx2 = {kTileTokensAvx2,  quantize_activations_avx2, run<false, false>,
-                                   run<false, true>, run<true, false>,          run<true, true>};
+using enum WeightFormat;
+const LinearKernels kLinearAvx2 = {kTileTokensAvx2,   quantize_activations_avx2, run<kQ8_0, false>,
+                                   run<kQ8_0, true>,  run<kQ4_0, false>,         run<kQ4_0, true>,
+                                   run<kQ4_K, false>, run<kQ4_K, true>,          run<kQ6_K, false>,
+                                   run<kQ6_K, true>};
 
 }  // namespace hearth::kernels::internal

@@ -26,7 +26,7 @@ using namespace avx512;  // float primitives of kernels/linear_tile_body.h
 
 // The dot core of kernels/linear_tile_body.h: vpmaddubsw's u8 x s8 pairs
 // (see above for why nothing saturates).
-template <bool kQ4>
+template <WeightFormat kF>
 inline IVec block_start(const std::int32_t*) {
   return _mm512_setzero_si512();
 }
@@ -34,12 +34,17 @@ inline IVec q4_products(IVec acc, IVec lo, IVec hi, IVec xlo, IVec xhi) {
   acc = _mm512_add_epi16(acc, _mm512_maddubs_epi16(lo, xlo));
   return _mm512_add_epi16(acc, _mm512_maddubs_epi16(hi, xhi));
 }
-template <bool kQ4>
+template <WeightFormat kF>
 inline IVec block_finish(IVec acc, const std::int32_t* bias) {
-  if constexpr (kQ4) {
-    return _mm512_add_epi32(_mm512_set1_epi32(*bias), _mm512_madd_epi16(acc, _mm512_set1_epi16(1)));
-  }
-  return acc;
+  if constexpr (kF == WeightFormat::kQ8_0) return acc;
+  const IVec wide = _mm512_madd_epi16(acc, _mm512_set1_epi16(1));
+  if constexpr (kF == WeightFormat::kQ4_0) return _mm512_add_epi32(_mm512_set1_epi32(*bias), wide);
+  return wide;
+}
+// Q6_K: two steps' int16 pairs summed (at most 2 x 2 x 63 x 127), widened once.
+inline IVec pair_products(IVec acc, IVec q0, IVec x0, IVec q1, IVec x1) {
+  const IVec p = _mm512_add_epi16(_mm512_maddubs_epi16(q0, x0), _mm512_maddubs_epi16(q1, x1));
+  return _mm512_add_epi32(acc, _mm512_madd_epi16(p, _mm512_set1_epi16(1)));
 }
 // Q8_0: |w| times x negated where w < 0 (no vpsignb on zmm: a masked
 // subtraction instead).
@@ -60,17 +65,20 @@ constexpr std::size_t kQ4DecodePrefetchBlocks = 0;
 
 #include "kernels/linear_tile_body.h"
 
-template <bool kQ4, bool kPerToken>
+template <WeightFormat kF, bool kPerToken>
 void run(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0, std::size_t g1,
          std::size_t t0, std::size_t t1, float* y, std::size_t ldy) {
-  run_in_group_pairs<kQ4, kPerToken, static_cast<int>(kTileTokensAvx512), false>(w, a, g0, g1, t0,
-                                                                                 t1, y, ldy);
+  run_in_group_pairs<kF, kPerToken, static_cast<int>(kTileTokensAvx512), false>(w, a, g0, g1, t0,
+                                                                                t1, y, ldy);
 }
 
 }  // namespace
 
+using enum WeightFormat;
 const LinearKernels kLinearAvx512 = {kTileTokensAvx512, quantize_activations_avx512,
-                                     run<false, false>, run<false, true>,
-                                     run<true, false>,  run<true, true>};
+                                     run<kQ8_0, false>, run<kQ8_0, true>,
+                                     run<kQ4_0, false>, run<kQ4_0, true>,
+                                     run<kQ4_K, false>, run<kQ4_K, true>,
+                                     run<kQ6_K, false>, run<kQ6_K, true>};
 
 }  // namespace hearth::kernels::internal

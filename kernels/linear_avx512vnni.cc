@@ -32,16 +32,21 @@ inline __m512i load_broadcast(const std::int32_t* p) {
 
 // The dot core of kernels/linear_tile_body.h: vpdpbusd on the stored
 // (unsigned) weights, each block's accumulator starting at its bias.
-template <bool kQ4>
+// Q4_K's stored q carry no bias (its mins are subtracted in float).
+template <WeightFormat kF>
 inline IVec block_start(const std::int32_t* bias) {
+  if constexpr (kF == WeightFormat::kQ4_K) return _mm512_setzero_si512();
   return load_broadcast(bias);
 }
 inline IVec q4_products(IVec acc, IVec lo, IVec hi, IVec xlo, IVec xhi) {
   return _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc, lo, xlo), hi, xhi);
 }
-template <bool kQ4>
+template <WeightFormat kF>
 inline IVec block_finish(IVec acc, const std::int32_t*) {
   return acc;
+}
+inline IVec pair_products(IVec acc, IVec q0, IVec x0, IVec q1, IVec x1) {
+  return _mm512_dpbusd_epi32(_mm512_dpbusd_epi32(acc, q0, x0), q1, x1);
 }
 using Q8Unit = IVec;
 inline Q8Unit q8_unit(IVec stored) { return stored; }
@@ -50,18 +55,21 @@ constexpr std::size_t kQ4DecodePrefetchBlocks = 8;
 
 #include "kernels/linear_tile_body.h"
 
-template <bool kQ4, bool kPerToken>
+template <WeightFormat kF, bool kPerToken>
 void run(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0, std::size_t g1,
          std::size_t t0, std::size_t t1, float* y, std::size_t ldy) {
-  run_in_group_pairs<kQ4, kPerToken, static_cast<int>(kTileTokensAvx512Vnni), true>(w, a, g0, g1,
-                                                                                    t0, t1, y, ldy);
+  run_in_group_pairs<kF, kPerToken, static_cast<int>(kTileTokensAvx512Vnni), true>(w, a, g0, g1, t0,
+                                                                                   t1, y, ldy);
 }
 
 }  // namespace
 
 // Activations are quantized as on the AVX-512 path (quantize_avx512.cc).
+using enum WeightFormat;
 const LinearKernels kLinearAvx512Vnni = {kTileTokensAvx512Vnni, quantize_activations_avx512,
-                                         run<false, false>,     run<false, true>,
-                                         run<true, false>,      run<true, true>};
+                                         run<kQ8_0, false>,     run<kQ8_0, true>,
+                                         run<kQ4_0, false>,     run<kQ4_0, true>,
+                                         run<kQ4_K, false>,     run<kQ4_K, true>,
+                                         run<kQ6_K, false>,     run<kQ6_K, true>};
 
 }  // namespace hearth::kernels::internal

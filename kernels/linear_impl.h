@@ -35,6 +35,44 @@ inline constexpr std::size_t kScaleBytes = kGroupRows * 2;  // 32
 // The unsigned bias of stored weights: stored = w + C.
 inline constexpr std::int32_t kQ8Bias = 128;
 inline constexpr std::int32_t kQ4Bias = 8;
+// Q4_K stores the unsigned q itself and subtracts its mins (dmin * m) from
+// the float sum instead; its activations' bias is -sum(q) (C = 1), the sum
+// the mins multiply.
+inline constexpr std::int32_t kQ4KBias = 1;
+
+// The integer formats of the packed layout, as template arguments of the
+// per-ISA matmuls.
+enum class WeightFormat { kQ8_0, kQ4_0, kQ4_K, kQ6_K };
+
+// Q4_K (super-blocks of 256 inputs = 8 blocks): the blocks' nibbles are laid
+// out as Q4_0's (kQ4BlockBytes per block, the sub-block's q in GGUF Q4_0's
+// pairing), and the scales region holds, per super-block s, at
+// scales_offset + s * kQ4KSuperScaleBytes:
+//   d[16] fp16 at +0, dmin[16] fp16 at +kQ4KDminOffset,
+//   sc[8][16] u8 at +kQ4KScOffset, m[8][16] u8 at +kQ4KMinOffset
+// (row r of the group at index r; sub-block j's at [j][r]). Block b's row
+// scale is d * sc[b % 8] and its min dmin * m[b % 8], both exact in float.
+inline constexpr std::size_t kBlocksPerSuper = 8;
+inline constexpr std::size_t kQ4KSuperScaleBytes = 320;
+inline constexpr std::size_t kQ4KDminOffset = 32;
+inline constexpr std::size_t kQ4KScOffset = 64;
+inline constexpr std::size_t kQ4KMinOffset = 192;
+
+// Q6_K (super-blocks of 256 inputs, a signed 8-bit scale per 16): a block of
+// 32 inputs keeps its unsigned 6-bit q (w = d * sc * (q - 32)) as Q4_0-style
+// nibbles (kQ4BlockBytes) followed by their top two bits: at
+// +kQ6HighOffset, byte r * 4 + k holds bits 4-5 of inputs k, 4 + k, 8 + k,
+// 12 + k of row r (input 4c + k at bits 2c, 2c + 1), and 64 bytes later the
+// same for inputs 16..31. The scales region holds, per super-block s, at
+// scales_offset + s * kQ6KSuperScaleBytes: d[16] fp16 at +0 and sc[16][16]
+// int8 at +kQ6KScOffset (sub-block k of 16 inputs, row r at [k][r]).
+// Activations are quantized with C = kQ6KBias, and their low_sum holds each
+// block's first 16 codes' sum: the two sums the -32 offsets multiply.
+inline constexpr std::size_t kQ6BlockBytes = 384;
+inline constexpr std::size_t kQ6HighOffset = 256;
+inline constexpr std::size_t kQ6KSuperScaleBytes = 288;
+inline constexpr std::size_t kQ6KScOffset = 32;
+inline constexpr std::int32_t kQ6KBias = 1;
 
 // The packed weights of a quantized Linear (layout in kernels/linear.h):
 //   group g starts at data + g * group_stride;
@@ -75,6 +113,7 @@ struct QuantizedActivations {
   std::int8_t* q;
   float* d;
   std::int32_t* bias;
+  std::int32_t* low_sum;      // per block as bias: the sum of its first 16 codes
   std::size_t m;              // tokens
   std::size_t blocks;         // n_in / 32
   std::size_t tile_tokens;    // TT
@@ -123,6 +162,8 @@ struct LinearKernels {
   QuantizeFn quantize;
   MatmulFn q8_0_per_group, q8_0_per_token;
   MatmulFn q4_0_per_group, q4_0_per_token;
+  MatmulFn q4_k_per_group, q4_k_per_token;
+  MatmulFn q6_k_per_group, q6_k_per_token;
 };
 extern const LinearKernels kLinearScalar;
 extern const LinearKernels kLinearAvx2;

@@ -10,8 +10,8 @@
 // group: two ymm halves on AVX2, one zmm on AVX-512). A tile is G row groups
 // x T tokens: per block of 32 inputs each (unit, token) pair gets an int32
 // dot product from the core, converted to float and accumulated with the
-// block's scales, in the order kernels/linear.h documents (so every ISA gives
-// the same bits).
+// block's scales (and, for Q4_K, its mins), in the order kernels/linear.h
+// documents (so every ISA gives the same bits).
 //
 // Primitives (besides the float set of kernels/simd_avx2.h / simd_avx512.h):
 //   IVec, load_aligned(p)           kLanes x 4 bytes of packed weights (aligned)
@@ -19,16 +19,90 @@
 //   load_f16_aligned(p)               kLanes fp16 scales as floats
 //   to_float(IVec)               int32 lanes as floats
 //   low_nibbles(v), high_nibbles(v)
-//   block_start<kQ4>(bias)       an accumulator at the start of a block
+//   block_start<kF>(bias)        an accumulator at the start of a block
 //   q4_products(acc, lo, hi, xlo, xhi)   acc + the products of 8 inputs
-//   block_finish<kQ4>(acc, bias) the block's int32 dot products
+//   block_finish<kF>(acc, bias)  the block's int32 dot products
 //   Q8Unit, q8_unit(stored), q8_products(acc, unit, x)
+//   pair_products(acc, q0, x0, q1, x1)  acc + the int32 products of two
+//                                 steps of unsigned 6-bit q (Q6_K)
 //   kQ4DecodePrefetchBlocks      0, or how far ahead the decode tile
 //                                prefetches int4 blocks itself
+
+// The scales of block b for unit u (0..kUnits-1) of the group whose scales
+// start at group_sp (the group's scales region, walked per block or
+// super-block by next_scales): dw, the rows' scale, and for Q4_K dmin, the
+// rows' min (d * sc and dmin * m of kernels/linear_impl.h: exact products).
+template <WeightFormat kF>
+inline __attribute__((always_inline)) void unit_scales(const std::uint8_t* group_sp, int u,
+                                                       std::size_t b, Vec& dw, Vec& dmin) {
+  const std::size_t f16 = 2 * kLanes * u;
+  if constexpr (kF == WeightFormat::kQ4_K) {
+    const std::size_t sc = kGroupRows * (b % kBlocksPerSuper) + kLanes * u;
+    dw = mul(load_f16_aligned(group_sp + f16), load_u8(group_sp + kQ4KScOffset + sc));
+    dmin = mul(load_f16_aligned(group_sp + kQ4KDminOffset + f16),
+               load_u8(group_sp + kQ4KMinOffset + sc));
+  } else {
+    dw = load_f16_aligned(group_sp + f16);
+    dmin = zero();
+  }
+}
+// Where block b + 1's scales start, given block b's.
+template <WeightFormat kF>
+inline const std::uint8_t* next_scales(const std::uint8_t* sp, std::size_t b) {
+  if constexpr (kF == WeightFormat::kQ4_K)
+    return (b + 1) % kBlocksPerSuper == 0 ? sp + kQ4KSuperScaleBytes : sp;
+  return sp + kScaleBytes;
+}
+// A token's factor for Q4_K's mins of a block: its bias (-sum(q), kQ4KBias)
+// times its scale d_x, or alone per token (d_x applies at the end).
+template <bool kPerToken>
+inline float token_min(float dx, std::int32_t bias) {
+  return kPerToken ? static_cast<float>(bias) : dx * static_cast<float>(bias);
+}
 
 // Rows of output row group g that exist (the last group may be partial).
 inline std::size_t rows_from(std::size_t n_out, std::size_t row0) {
   return row0 >= n_out ? 0 : (n_out - row0 < kLanes ? n_out - row0 : kLanes);
+}
+
+// Writes a tile's accumulators (units of row groups [g, g + G) x T tokens)
+// to y (the tile's first token's row; per token, times its scale dp[j]).
+template <int G, int T, bool kPerToken>
+inline __attribute__((always_inline)) void store_tile(
+    const Vec (&facc)[G * static_cast<int>(kGroupRows / kLanes)][T], std::size_t n_out,
+    std::size_t g, const float* dp, float* y, std::size_t ldy) {
+  constexpr int kUnits = static_cast<int>(kGroupRows / kLanes);
+#pragma GCC unroll 8
+  for (int h = 0; h < G * kUnits; ++h) {
+    const std::size_t row0 = (g + h / kUnits) * kGroupRows + kLanes * (h % kUnits);
+    const std::size_t rows = rows_from(n_out, row0);
+#pragma GCC unroll 8
+    for (int j = 0; j < T; ++j) {
+      Vec v = facc[h][j];
+      if constexpr (kPerToken) v = mul(v, set1(dp[j]));
+      float* out = y + j * ldy + row0;
+      if (rows == kLanes) {
+        storeu(out, v);
+      } else if (rows != 0) {
+        store_first(out, v, rows);
+      }
+    }
+  }
+}
+
+// Q6_K's q of 4 inputs x kLanes rows at step c (0..3) of a block half: the
+// low nibbles `nibbles` with bits 2c, 2c + 1 of `high` as their bits 4-5.
+template <int C>
+inline __attribute__((always_inline)) IVec six_bits(IVec nibbles, IVec high) {
+  IVec top;
+  if constexpr (C < 2) {
+    top = shift_left_16<4 - 2 * C>(high);
+  } else if constexpr (C == 2) {
+    top = high;
+  } else {
+    top = shift_right_16<2>(high);
+  }
+  return or_bits(nibbles, and_bytes(top, 0x30));
 }
 
 // Row groups [g, g + G) x tokens [j0, j0 + T) of token tile `tile`, whose
@@ -36,14 +110,16 @@ inline std::size_t rows_from(std::size_t n_out, std::size_t row0) {
 // GEMV's 1, or a tile as wide as T), so its address arithmetic folds into
 // constants. When `pf` is not null, the tile also prefetches a.blocks x
 // pf_lines cache lines from it into L2, pf_lines per block.
-template <int G, int T, bool kQ4, bool kPerToken, std::size_t kWidth = 0>
-void tile(const PackedWeights& w, const QuantizedActivations& a, std::size_t g, std::size_t tile,
-          std::size_t j0, std::size_t width, float* y, std::size_t ldy,
-          const std::uint8_t* pf = nullptr, std::size_t pf_lines = 0) {
+template <int G, int T, WeightFormat kF, bool kPerToken, std::size_t kWidth>
+void tile_blocks(const PackedWeights& w, const QuantizedActivations& a, std::size_t g,
+                 std::size_t tile, std::size_t j0, std::size_t width, float* y, std::size_t ldy,
+                 const std::uint8_t* pf, std::size_t pf_lines) {
   constexpr int kUnits = static_cast<int>(kGroupRows / kLanes);
   constexpr int H = G * kUnits;
   constexpr std::size_t kUnitBytes = 4 * kLanes;
-  constexpr std::size_t kBlockBytes = kQ4 ? kQ4BlockBytes : kQ8BlockBytes;
+  constexpr bool kNibbles = kF != WeightFormat::kQ8_0;
+  constexpr bool kSuper = kF == WeightFormat::kQ4_K;  // scales per super-block
+  constexpr std::size_t kBlockBytes = kNibbles ? kQ4BlockBytes : kQ8BlockBytes;
   const std::size_t n = kWidth != 0 ? kWidth : width;
   const std::size_t gs = w.group_stride;
   const std::size_t tile_first = tile * a.tile_tokens;  // the activation tile's first token
@@ -72,8 +148,8 @@ void tile(const PackedWeights& w, const QuantizedActivations& a, std::size_t g, 
 #pragma GCC unroll 8
     for (int j = 0; j < T; ++j)
 #pragma GCC unroll 8
-      for (int h = 0; h < H; ++h) acc[h][j] = block_start<kQ4>(bp + j);
-    if constexpr (kQ4) {
+      for (int h = 0; h < H; ++h) acc[h][j] = block_start<kF>(bp + j);
+    if constexpr (kNibbles) {
       if constexpr (T == 1 && kQ4DecodePrefetchBlocks > 0) {
         // Decode: int4 blocks cost more instructions per byte than int8, so
         // the hardware prefetcher runs less far ahead; fetch the block
@@ -117,61 +193,167 @@ void tile(const PackedWeights& w, const QuantizedActivations& a, std::size_t g, 
         }
       }
     }
+    [[maybe_unused]] float xmin[T];
+    if constexpr (kSuper)
+#pragma GCC unroll 8
+      for (int j = 0; j < T; ++j) xmin[j] = token_min<kPerToken>(dp[j], bp[j]);
 #pragma GCC unroll 8
     for (int h = 0; h < H; ++h) {
-      const Vec dw = load_f16_aligned(sp + (h / kUnits) * gs + 2 * kLanes * (h % kUnits));
+      Vec dw, dmin;
+      unit_scales<kF>(sp + (h / kUnits) * gs, h % kUnits, b, dw, dmin);
 #pragma GCC unroll 8
       for (int j = 0; j < T; ++j) {
-        const Vec fdot = to_float(block_finish<kQ4>(acc[h][j], bp + j));
+        const Vec fdot = to_float(block_finish<kF>(acc[h][j], bp + j));
         if constexpr (kPerToken) {
           facc[h][j] = fmadd(fdot, dw, facc[h][j]);
         } else {
           facc[h][j] = fmadd(fdot, mul(dw, set1(dp[j])), facc[h][j]);
         }
+        if constexpr (kSuper) facc[h][j] = fmadd(dmin, set1(xmin[j]), facc[h][j]);
       }
     }
     wp += kBlockBytes;
-    sp += kScaleBytes;
+    sp = next_scales<kF>(sp, b);
     xp += 4 * n * 8;
     bp += n;
     if constexpr (!kPerToken) dp += n;
   }
 
+  store_tile<G, T, kPerToken>(facc, w.n_out, g, dp, y + first * ldy, ldy);
+}
+
+// Q6_K: row groups [g, g + G) x tokens [j0, j0 + T) of token tile `tile`, as
+// tile() (same walk, same epilogue). Each block is two sub-blocks of 16 (the
+// low and the high nibbles of the Q4_0-style pairing), each with its own
+// int32 dot product, -32 offset and scale.
+template <int G, int T, bool kPerToken, std::size_t kWidth>
+void tile_q6_k(const PackedWeights& w, const QuantizedActivations& a, std::size_t g,
+               std::size_t tile, std::size_t j0, std::size_t width, float* y, std::size_t ldy,
+               const std::uint8_t* pf, std::size_t pf_lines) {
+  constexpr int kUnits = static_cast<int>(kGroupRows / kLanes);
+  constexpr int H = G * kUnits;
+  constexpr std::size_t kUnitBytes = 4 * kLanes;
+  const std::size_t n = kWidth != 0 ? kWidth : width;
+  const std::size_t gs = w.group_stride;
+  const std::size_t tile_first = tile * a.tile_tokens;
+  const std::size_t first = tile_first + j0;
+  const std::uint8_t* wp = w.data + g * gs;
+  const std::uint8_t* sp = wp + w.scales_offset;
+  const std::int8_t* xp = a.q + tile * a.q_tile_stride + 4 * j0;
+  const std::int32_t* bp = a.bias + tile_first * a.blocks + j0;
+  const std::int32_t* lp = a.low_sum + tile_first * a.blocks + j0;
+  const float* dp = a.d + (kPerToken ? first : tile_first * a.blocks + j0);
+  auto unit_bytes = [&](int h) { return (h / kUnits) * gs + kUnitBytes * (h % kUnits); };
+  Vec facc[H][T];
 #pragma GCC unroll 8
-  for (int h = 0; h < H; ++h) {
-    const std::size_t row0 = (g + h / kUnits) * kGroupRows + kLanes * (h % kUnits);
-    const std::size_t rows = rows_from(w.n_out, row0);
+  for (int h = 0; h < H; ++h)
 #pragma GCC unroll 8
-    for (int j = 0; j < T; ++j) {
-      Vec v = facc[h][j];
-      if constexpr (kPerToken) v = mul(v, set1(dp[j]));
-      float* out = y + (first + j) * ldy + row0;
-      if (rows == kLanes) {
-        storeu(out, v);
-      } else if (rows != 0) {
-        store_first(out, v, rows);
+    for (int j = 0; j < T; ++j) facc[h][j] = zero();
+
+  for (std::size_t b = 0; b < a.blocks; ++b) {
+    if (pf != nullptr)
+      for (std::size_t k = 0; k < pf_lines; ++k)
+        _mm_prefetch(reinterpret_cast<const char*>(pf + 64 * (b * pf_lines + k)), _MM_HINT_T1);
+    IVec lo_acc[H][T], hi_acc[H][T];
+#pragma GCC unroll 8
+    for (int h = 0; h < H; ++h)
+#pragma GCC unroll 8
+      for (int j = 0; j < T; ++j) lo_acc[h][j] = hi_acc[h][j] = set1_int(0);
+    // Steps c and c + 1 together: the maddubs cores sum their int16 pairs
+    // before widening (2 x 2 x 63 x 127 < 32768).
+    auto steps = [&]<int C>() {
+      IVec lo0[H], lo1[H], hi0[H], hi1[H];
+#pragma GCC unroll 8
+      for (int h = 0; h < H; ++h) {
+        const std::uint8_t* u = wp + unit_bytes(h);
+        const IVec raw0 = load_aligned(u + 64 * C), raw1 = load_aligned(u + 64 * (C + 1));
+        const IVec top_lo = load_aligned(u + kQ6HighOffset);
+        const IVec top_hi = load_aligned(u + kQ6HighOffset + 64);
+        lo0[h] = six_bits<C>(low_nibbles(raw0), top_lo);
+        lo1[h] = six_bits<C + 1>(low_nibbles(raw1), top_lo);
+        hi0[h] = six_bits<C>(high_nibbles(raw0), top_hi);
+        hi1[h] = six_bits<C + 1>(high_nibbles(raw1), top_hi);
+      }
+#pragma GCC unroll 8
+      for (int j = 0; j < T; ++j) {
+        const IVec xl0 = broadcast4(xp + 4 * n * C + 4 * j);
+        const IVec xl1 = broadcast4(xp + 4 * n * (C + 1) + 4 * j);
+        const IVec xh0 = broadcast4(xp + 4 * n * (C + 4) + 4 * j);
+        const IVec xh1 = broadcast4(xp + 4 * n * (C + 5) + 4 * j);
+#pragma GCC unroll 8
+        for (int h = 0; h < H; ++h) {
+          lo_acc[h][j] = pair_products(lo_acc[h][j], lo0[h], xl0, lo1[h], xl1);
+          hi_acc[h][j] = pair_products(hi_acc[h][j], hi0[h], xh0, hi1[h], xh1);
+        }
+      }
+    };
+    steps.template operator()<0>();
+    steps.template operator()<2>();
+    const std::size_t sub = 2 * (b % kBlocksPerSuper);  // the low half's sub-block of 16
+#pragma GCC unroll 8
+    for (int h = 0; h < H; ++h) {
+      const std::uint8_t* unit_sp = sp + (h / kUnits) * gs;
+      const std::size_t u = static_cast<std::size_t>(h % kUnits);
+      const Vec d = load_f16_aligned(unit_sp + 2 * kLanes * u);
+      const std::uint8_t* sc = unit_sp + kQ6KScOffset + kLanes * u;
+      const Vec d_lo = mul(d, load_i8(reinterpret_cast<const std::int8_t*>(sc) + kGroupRows * sub));
+      const Vec d_hi =
+          mul(d, load_i8(reinterpret_cast<const std::int8_t*>(sc) + kGroupRows * (sub + 1)));
+#pragma GCC unroll 8
+      for (int j = 0; j < T; ++j) {
+        // The -32 offsets: -32 times the sums of the halves' codes (kQ6KBias:
+        // bias = -(low + high)).
+        const Vec f_lo = to_float(add_int(lo_acc[h][j], set1_int(-32 * lp[j])));
+        const Vec f_hi = to_float(add_int(hi_acc[h][j], set1_int(32 * (bp[j] + lp[j]))));
+        if constexpr (kPerToken) {
+          facc[h][j] = fmadd(f_lo, d_lo, facc[h][j]);
+          facc[h][j] = fmadd(f_hi, d_hi, facc[h][j]);
+        } else {
+          const Vec dx = set1(dp[j]);
+          facc[h][j] = fmadd(f_lo, mul(d_lo, dx), facc[h][j]);
+          facc[h][j] = fmadd(f_hi, mul(d_hi, dx), facc[h][j]);
+        }
       }
     }
+    wp += kQ6BlockBytes;
+    if ((b + 1) % kBlocksPerSuper == 0) sp += kQ6KSuperScaleBytes;
+    xp += 4 * n * 8;
+    bp += n;
+    lp += n;
+    if constexpr (!kPerToken) dp += n;
+  }
+  store_tile<G, T, kPerToken>(facc, w.n_out, g, dp, y + first * ldy, ldy);
+}
+
+// The register tile of every format (tile_blocks's comment above).
+template <int G, int T, WeightFormat kF, bool kPerToken, std::size_t kWidth = 0>
+void tile(const PackedWeights& w, const QuantizedActivations& a, std::size_t g, std::size_t tile,
+          std::size_t j0, std::size_t width, float* y, std::size_t ldy,
+          const std::uint8_t* pf = nullptr, std::size_t pf_lines = 0) {
+  if constexpr (kF == WeightFormat::kQ6_K) {
+    tile_q6_k<G, T, kPerToken, kWidth>(w, a, g, tile, j0, width, y, ldy, pf, pf_lines);
+  } else {
+    tile_blocks<G, T, kF, kPerToken, kWidth>(w, a, g, tile, j0, width, y, ldy, pf, pf_lines);
   }
 }
 
 // tile<G, T> for a whole token tile of `tokens` (1..kMaxT) tokens, T chosen
 // at run time.
-template <int G, bool kQ4, bool kPerToken, int... Ts>
+template <int G, WeightFormat kF, bool kPerToken, int... Ts>
 void whole_tile(std::size_t tokens, const PackedWeights& w, const QuantizedActivations& a,
                 std::size_t g, std::size_t p, float* y, std::size_t ldy, const std::uint8_t* pf,
                 std::size_t pf_lines, std::integer_sequence<int, Ts...>) {
   (void)((tokens == Ts + 1 &&
-          (tile<G, Ts + 1, kQ4, kPerToken, Ts + 1>(w, a, g, p, 0, Ts + 1, y, ldy, pf, pf_lines),
+          (tile<G, Ts + 1, kF, kPerToken, Ts + 1>(w, a, g, p, 0, Ts + 1, y, ldy, pf, pf_lines),
            true)) ||
          ...);
 }
-template <int G, int kMaxT, bool kQ4, bool kPerToken>
+template <int G, int kMaxT, WeightFormat kF, bool kPerToken>
 void whole_tile(std::size_t tokens, const PackedWeights& w, const QuantizedActivations& a,
                 std::size_t g, std::size_t p, float* y, std::size_t ldy,
                 const std::uint8_t* pf = nullptr, std::size_t pf_lines = 0) {
-  whole_tile<G, kQ4, kPerToken>(tokens, w, a, g, p, y, ldy, pf, pf_lines,
-                                std::make_integer_sequence<int, kMaxT>{});
+  whole_tile<G, kF, kPerToken>(tokens, w, a, g, p, y, ldy, pf, pf_lines,
+                               std::make_integer_sequence<int, kMaxT>{});
 }
 
 // At most this many lines per block a GEMM tile prefetches of the next pair
@@ -187,7 +369,7 @@ constexpr std::size_t kMaxPrefetchLines = 4;
 // per block), so that with few tiles (a batched decode step of 8-16 rows) the
 // whole next pair still arrives while this one computes, instead of the
 // cores stalling on DRAM.
-template <bool kQ4, bool kPerToken, int kMaxT, bool kPrefetchNextPair>
+template <WeightFormat kF, bool kPerToken, int kMaxT, bool kPrefetchNextPair>
 void run_in_group_pairs(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0,
                         std::size_t g1, std::size_t t0, std::size_t t1, float* y, std::size_t ldy) {
   const std::size_t tt = a.tile_tokens;
@@ -195,7 +377,7 @@ void run_in_group_pairs(const PackedWeights& w, const QuantizedActivations& a, s
   auto tokens = [&](std::size_t p) { return a.m - p * tt < tt ? a.m - p * tt : tt; };
   std::size_t g = g0;
   if (p1 - p0 == 1 && tokens(p0) == 1) {
-    for (; g + 4 <= g1; g += 4) tile<4, 1, kQ4, kPerToken, 1>(w, a, g, p0, 0, 1, y, ldy);
+    for (; g + 4 <= g1; g += 4) tile<4, 1, kF, kPerToken, 1>(w, a, g, p0, 0, 1, y, ldy);
   }
   const std::size_t slice = a.blocks * 64;
   const std::size_t tiles = p1 - p0;
@@ -210,11 +392,11 @@ void run_in_group_pairs(const PackedWeights& w, const QuantizedActivations& a, s
     for (std::size_t p = p0; p < p1; ++p) {
       const std::size_t off = (p - p0) * slice * pf_lines;
       const bool fetch = kPrefetchNextPair && off < next * w.group_stride;
-      whole_tile<2, kMaxT, kQ4, kPerToken>(tokens(p), w, a, g, p, y, ldy,
-                                           fetch ? pf + off : nullptr, pf_lines);
+      whole_tile<2, kMaxT, kF, kPerToken>(tokens(p), w, a, g, p, y, ldy, fetch ? pf + off : nullptr,
+                                          pf_lines);
     }
   }
   if (g < g1)
     for (std::size_t p = p0; p < p1; ++p)
-      whole_tile<1, kMaxT, kQ4, kPerToken>(tokens(p), w, a, g, p, y, ldy);
+      whole_tile<1, kMaxT, kF, kPerToken>(tokens(p), w, a, g, p, y, ldy);
 }

@@ -94,13 +94,15 @@ void quantize_activations_scalar(const float* x, std::size_t t0, std::size_t t1,
         a.d[s.meta + b * s.n] = p.scale;
       }
       std::int8_t* qb = s.q + b * (kQuantGroup / 4) * s.step;
-      std::int32_t sum = 0;
+      std::int32_t sum = 0, low = 0;
       for (std::size_t i = 0; i < kQuantGroup; ++i) {
         const std::int8_t c = quantize_one(xb[i], p);
         qb[i / 4 * s.step + i % 4] = c;
         sum += c;
+        if (i < kQuantGroup / 2) low += c;
       }
       a.bias[s.meta + b * s.n] = -bias_c * sum;
+      a.low_sum[s.meta + b * s.n] = low;
     }
   }
 }

@@ -15,11 +15,6 @@ namespace {
 
 using namespace avx2;  // float primitives of kernels/quantize_simd_body.h
 
-using IVec = __m256i;
-inline IVec to_nearest_int(Vec v) { return _mm256_cvtps_epi32(v); }
-inline IVec set1_int(std::int32_t v) { return _mm256_set1_epi32(v); }
-inline IVec add_int(IVec a, IVec b) { return _mm256_add_epi32(a, b); }
-inline std::int32_t reduce_add_int(IVec v) { return hsum(v); }
 // The codes are in [-128, 127], so the saturating packs only narrow.
 inline __m128i pack_codes(IVec v) {
   const __m128i w = _mm_packs_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));

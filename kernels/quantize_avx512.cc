@@ -17,11 +17,6 @@ namespace {
 
 using namespace avx512;  // float primitives of kernels/quantize_simd_body.h
 
-using IVec = __m512i;
-inline IVec to_nearest_int(Vec v) { return _mm512_cvtps_epi32(v); }
-inline IVec set1_int(std::int32_t v) { return _mm512_set1_epi32(v); }
-inline IVec add_int(IVec a, IVec b) { return _mm512_add_epi32(a, b); }
-inline std::int32_t reduce_add_int(IVec v) { return _mm512_reduce_add_epi32(v); }
 inline void store_codes(std::int8_t* q, IVec v) {
   _mm_storeu_si128(reinterpret_cast<__m128i*>(q), _mm512_cvtsepi32_epi8(v));
 }

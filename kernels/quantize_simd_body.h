@@ -151,9 +151,15 @@ void quantize_activations(const float* x, std::size_t t0, std::size_t t1, std::i
       }
       IVec codes[kBlockVectors];
       quantize_block(xb, p, codes);
-      IVec sum = codes[0];
-      for (std::size_t k = 1; k < kBlockVectors; ++k) sum = add_int(sum, codes[k]);
-      a.bias[s.meta + b * s.n] = -bias_c * reduce_add_int(sum);
+      // The first half's vectors hold the block's first 16 codes.
+      IVec low = codes[0], high = codes[kBlockVectors / 2];
+      for (std::size_t k = 1; k < kBlockVectors / 2; ++k) {
+        low = add_int(low, codes[k]);
+        high = add_int(high, codes[kBlockVectors / 2 + k]);
+      }
+      const std::int32_t low_sum = reduce_add_int(low);
+      a.bias[s.meta + b * s.n] = -bias_c * (low_sum + reduce_add_int(high));
+      a.low_sum[s.meta + b * s.n] = low_sum;
       store_tiled(codes, s.q + b * (kQuantGroup / 4) * s.step, s.step);
     }
   }

@@ -131,6 +131,22 @@ static inline IVec load_aligned(const std::uint8_t* p) {
   return _mm256_load_si256(reinterpret_cast<const __m256i*>(p));
 }
 static inline Vec to_float(IVec v) { return _mm256_cvtepi32_ps(v); }
+static inline IVec to_nearest_int(Vec v) { return _mm256_cvtps_epi32(v); }
+static inline IVec set1_int(std::int32_t v) { return _mm256_set1_epi32(v); }
+static inline IVec add_int(IVec a, IVec b) { return _mm256_add_epi32(a, b); }
+static inline std::int32_t reduce_add_int(IVec v) { return hsum(v); }
+static inline IVec or_bits(IVec a, IVec b) { return _mm256_or_si256(a, b); }
+static inline IVec and_bytes(IVec v, std::uint8_t mask) {
+  return _mm256_and_si256(v, _mm256_set1_epi8(static_cast<char>(mask)));
+}
+template <int S>
+static inline IVec shift_left_16(IVec v) {
+  return _mm256_slli_epi16(v, S);
+}
+template <int S>
+static inline IVec shift_right_16(IVec v) {
+  return _mm256_srli_epi16(v, S);
+}
 static inline IVec low_nibbles(IVec v) { return _mm256_and_si256(v, _mm256_set1_epi8(0x0f)); }
 static inline IVec high_nibbles(IVec v) { return low_nibbles(_mm256_srli_epi16(v, 4)); }
 // kLanes fp16 (16-byte aligned) / u8 values as floats (exact conversions).

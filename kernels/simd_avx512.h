@@ -90,6 +90,22 @@ using IVec = __m512i;
 // kLanes x 4 bytes from p, 64-byte aligned.
 static inline IVec load_aligned(const std::uint8_t* p) { return _mm512_load_si512(p); }
 static inline Vec to_float(IVec v) { return _mm512_cvtepi32_ps(v); }
+static inline IVec to_nearest_int(Vec v) { return _mm512_cvtps_epi32(v); }
+static inline IVec set1_int(std::int32_t v) { return _mm512_set1_epi32(v); }
+static inline IVec add_int(IVec a, IVec b) { return _mm512_add_epi32(a, b); }
+static inline std::int32_t reduce_add_int(IVec v) { return _mm512_reduce_add_epi32(v); }
+static inline IVec or_bits(IVec a, IVec b) { return _mm512_or_si512(a, b); }
+static inline IVec and_bytes(IVec v, std::uint8_t mask) {
+  return _mm512_and_si512(v, _mm512_set1_epi8(static_cast<char>(mask)));
+}
+template <int S>
+static inline IVec shift_left_16(IVec v) {
+  return _mm512_slli_epi16(v, S);
+}
+template <int S>
+static inline IVec shift_right_16(IVec v) {
+  return _mm512_srli_epi16(v, S);
+}
 static inline IVec low_nibbles(IVec v) { return _mm512_and_si512(v, _mm512_set1_epi8(0x0f)); }
 static inline IVec high_nibbles(IVec v) { return low_nibbles(_mm512_srli_epi16(v, 4)); }
 // kLanes fp16 (32-byte aligned) / u8 values as floats (exact conversions).

@@ -13,9 +13,11 @@
 #include "kernels/cpu_features.h"
 #include "kernels/fp16.h"
 #include "kernels/gguf_blocks.h"
+#include "kernels/gguf_kquants.h"
 #include "kernels/thread_pool.h"
 #include "memory/caching_allocator.h"
 #include "tests/support/heap_counter.h"
+#include "tests/support/k_quants_reference.h"
 
 namespace hearth::kernels {
 namespace {
@@ -25,7 +27,11 @@ using AQ = Linear::ActivationQuant;
 
 const char* aq_name(AQ aq) { return aq == AQ::kPerGroup32 ? "per-group" : "per-token"; }
 const char* format_name(Format f) {
-  return f == Format::kQ8_0 ? "q8_0" : f == Format::kQ4_0 ? "q4_0" : "f32";
+  return f == Format::kQ8_0   ? "q8_0"
+         : f == Format::kQ4_0 ? "q4_0"
+         : f == Format::kQ4_K ? "q4_k"
+         : f == Format::kQ6_K ? "q6_k"
+                              : "f32";
 }
 
 // ---------------------------------------------------------------------------
@@ -37,17 +43,41 @@ struct QuantWeights {
   std::size_t n_out, n_in;
   std::vector<BlockQ8_0> q8;
   std::vector<BlockQ4_0> q4;
+  std::vector<BlockQ4_K> q4k;
+  std::vector<BlockQ6_K> q6k;
   std::vector<float> dequant;  // n_out x n_in
 
-  int w(std::size_t row, std::size_t k) const {  // the integer weight
+  const BlockQ4_K& k_block(std::size_t row, std::size_t k) const {
+    return q4k[row * (n_in / 256) + k / 256];
+  }
+  const BlockQ6_K& q6_block(std::size_t row, std::size_t k) const {
+    return q6k[row * (n_in / 256) + k / 256];
+  }
+  // Q6_K: the scale of input k's sub-block of 16, d * sc.
+  float d16(std::size_t row, std::size_t k) const {
+    const BlockQ6_K& blk = q6_block(row, k);
+    return fp16_to_f32(blk.d) * static_cast<float>(blk.scales[k % 256 / 16]);
+  }
+  int w(std::size_t row, std::size_t k) const {  // the integer weight (Q4_K: q)
     const std::size_t blocks = n_in / 32, b = k / 32, i = k % 32;
     if (format == Format::kQ8_0) return q8[row * blocks + b].qs[i];
+    if (format == Format::kQ6_K) return testing::q6_k_q(q6_block(row, k), k % 256) - 32;
+    if (format == Format::kQ4_K) return testing::q4_k_q(k_block(row, k), k % 256);
     const std::uint8_t byte = q4[row * blocks + b].qs[i % 16];
     return (i < 16 ? (byte & 0x0f) : (byte >> 4)) - 8;
   }
-  float d(std::size_t row, std::size_t b) const {
+  float d(std::size_t row, std::size_t b) const {  // Q4_K: d * sc
+    if (format == Format::kQ4_K) {
+      const BlockQ4_K& blk = k_block(row, 32 * b);
+      return fp16_to_f32(blk.d) * static_cast<float>(testing::q4_k_six_bits(blk, b % 8, false));
+    }
     return fp16_to_f32(format == Format::kQ8_0 ? q8[row * (n_in / 32) + b].d
                                                : q4[row * (n_in / 32) + b].d);
+  }
+  float min(std::size_t row, std::size_t b) const {  // Q4_K: dmin * m; others 0
+    if (format != Format::kQ4_K) return 0.0f;
+    const BlockQ4_K& blk = k_block(row, 32 * b);
+    return fp16_to_f32(blk.dmin) * static_cast<float>(testing::q4_k_six_bits(blk, b % 8, true));
   }
 };
 
@@ -56,9 +86,35 @@ QuantWeights make_weights(Format format, std::size_t n_out, std::size_t n_in, un
   std::normal_distribution<float> dist(0.0f, 0.5f);
   std::vector<float> w(n_out * n_in);
   for (float& v : w) v = dist(rng);
-  QuantWeights q{format, n_out, n_in, {}, {}, std::vector<float>(n_out * n_in)};
+  QuantWeights q{format, n_out, n_in, {}, {}, {}, {}, std::vector<float>(n_out * n_in)};
   const std::size_t blocks = n_in / 32;
-  if (format == Format::kQ8_0) {
+  if (format == Format::kQ6_K) {
+    const std::size_t supers = n_in / 256;
+    q.q6k.resize(n_out * supers);
+    for (std::size_t r = 0; r < n_out; ++r)
+      quantize_row_q6_k(&w[r * n_in], &q.q6k[r * supers], n_in);
+    // Every signed scale, -128 included, and every 6-bit q (0 and 63: the
+    // largest products).
+    for (std::size_t i = 0; i < q.q6k.size(); ++i) {
+      for (std::size_t k = 0; k < 16; ++k) q.q6k[i].scales[k] = static_cast<std::int8_t>(rng());
+      q.q6k[i].ql[i % 128] = 0xff;
+      q.q6k[i].qh[i % 64] = 0xff;
+    }
+    for (std::size_t r = 0; r < n_out; ++r)
+      dequantize_row_q6_k(&q.q6k[r * supers], &q.dequant[r * n_in], n_in);
+  } else if (format == Format::kQ4_K) {
+    const std::size_t supers = n_in / 256;
+    q.q4k.resize(n_out * supers);
+    for (std::size_t r = 0; r < n_out; ++r)
+      quantize_row_q4_k(&w[r * n_in], &q.q4k[r * supers], n_in);
+    // Every 6-bit scale and min value, the top two bits included, whatever
+    // the encoder happens to choose.
+    for (std::size_t i = 0; i < q.q4k.size(); ++i)
+      for (std::size_t k = 0; k < 12; ++k)
+        q.q4k[i].scales[k] = static_cast<std::uint8_t>(rng() & 0xff);
+    for (std::size_t r = 0; r < n_out; ++r)
+      dequantize_row_q4_k(&q.q4k[r * supers], &q.dequant[r * n_in], n_in);
+  } else if (format == Format::kQ8_0) {
     q.q8.resize(n_out * blocks);
     for (std::size_t r = 0; r < n_out; ++r)
       quantize_row_q8_0(&w[r * n_in], &q.q8[r * blocks], n_in);
@@ -78,6 +134,8 @@ QuantWeights make_weights(Format format, std::size_t n_out, std::size_t n_in, un
 }
 
 absl::StatusOr<Linear> make_linear(const QuantWeights& q) {
+  if (q.format == Format::kQ4_K) return Linear::from_q4_k(q.q4k.data(), q.n_out, q.n_in);
+  if (q.format == Format::kQ6_K) return Linear::from_q6_k(q.q6k.data(), q.n_out, q.n_in);
   return q.format == Format::kQ8_0 ? Linear::from_q8_0(q.q8.data(), q.n_out, q.n_in)
                                    : Linear::from_q4_0(q.q4.data(), q.n_out, q.n_in);
 }
@@ -139,13 +197,30 @@ std::vector<float> spec_forward(const QuantWeights& w, const QuantActs& a, std::
     for (std::size_t o = 0; o < w.n_out; ++o) {
       float acc = 0.0f;
       for (std::size_t b = 0; b < blocks; ++b) {
-        std::int32_t dot = 0;
-        for (std::size_t i = 0; i < 32; ++i)
+        const float dx = a.d[t * blocks + b];
+        if (w.format == Format::kQ6_K) {  // two halves of 16, low first
+          for (std::size_t h = 0; h < 2; ++h) {
+            std::int32_t dot = 0;
+            for (std::size_t i = 16 * h; i < 16 * h + 16; ++i)
+              dot += w.w(o, b * 32 + i) * a.q[t * w.n_in + b * 32 + i];
+            const float d = w.d16(o, b * 32 + 16 * h);
+            acc = aq == AQ::kPerToken ? std::fma(static_cast<float>(dot), d, acc)
+                                      : std::fma(static_cast<float>(dot), d * dx, acc);
+          }
+          continue;
+        }
+        std::int32_t dot = 0, sum = 0;
+        for (std::size_t i = 0; i < 32; ++i) {
           dot += w.w(o, b * 32 + i) * a.q[t * w.n_in + b * 32 + i];
+          sum += a.q[t * w.n_in + b * 32 + i];
+        }
         const float dw = w.d(o, b);
-        acc = aq == AQ::kPerToken
-                  ? std::fma(static_cast<float>(dot), dw, acc)
-                  : std::fma(static_cast<float>(dot), dw * a.d[t * blocks + b], acc);
+        acc = aq == AQ::kPerToken ? std::fma(static_cast<float>(dot), dw, acc)
+                                  : std::fma(static_cast<float>(dot), dw * dx, acc);
+        if (w.format == Format::kQ4_K) {  // the block's mins, times -sum(q_x)
+          const float s_b = static_cast<float>(-sum);
+          acc = std::fma(w.min(o, b), aq == AQ::kPerToken ? s_b : dx * s_b, acc);
+        }
       }
       y[t * w.n_out + o] = aq == AQ::kPerToken ? acc * a.d[t * blocks] : acc;
     }
@@ -195,15 +270,19 @@ struct Shape {
   std::size_t n_out, n_in, m;
 };
 
-std::vector<Shape> odd_shapes() {
+std::vector<Shape> odd_shapes(Format format) {
   std::vector<Shape> shapes;
-  // n_in not a multiple of 64 (96, 4128); n_out leaving partial row groups
-  // and, at 100 (7 groups), every tile width; m covering the single-token
-  // path, small batches and token-tile tails.
-  for (std::size_t n_in : {32, 96, 4128})
+  // n_in not a multiple of 64 (96, 4128; Q4_K: an odd number of super-blocks,
+  // 768 and 4352); n_out leaving partial row groups and, at 100 (7 groups),
+  // every tile width; m covering the single-token path, small batches and
+  // token-tile tails.
+  const bool k_quant = format == Format::kQ4_K || format == Format::kQ6_K;
+  const std::vector<std::size_t> n_ins =
+      k_quant ? std::vector<std::size_t>{256, 768, 4352} : std::vector<std::size_t>{32, 96, 4128};
+  for (std::size_t n_in : n_ins)
     for (std::size_t n_out : {1, 17, 33, 100})
       for (std::size_t m : {1, 3, 4, 5, 6, 7, 8, 9, 14, 130}) {
-        if (n_in == 4128 && n_out == 100 && m == 130) continue;  // keep the scalar runs short
+        if (n_in > 4096 && n_out == 100 && m == 130) continue;  // keep the scalar runs short
         shapes.push_back({n_out, n_in, m});
       }
   return shapes;
@@ -218,7 +297,7 @@ class LinearQuantized : public ::testing::TestWithParam<std::tuple<Format, AQ>> 
 TEST_P(LinearQuantized, EveryPathMatchesTheSpecificationOnOddShapes) {
   const auto [format, aq] = GetParam();
   unsigned seed = 1;
-  for (const Shape& s : odd_shapes()) {
+  for (const Shape& s : odd_shapes(format)) {
     const std::string what = std::string(format_name(format)) + " " + aq_name(aq) +
                              " n_out=" + std::to_string(s.n_out) +
                              " n_in=" + std::to_string(s.n_in) + " m=" + std::to_string(s.m);
@@ -247,10 +326,24 @@ TEST_P(LinearQuantized, EveryPathMatchesTheSpecificationOnOddShapes) {
     // accumulations (and the per-token final multiply) rounds once, each error
     // at most eps/2 of a partial sum bounded by sum |w x|. Hence
     //   |y - exact| <= (n_in / 32 + 2) * FLT_EPSILON * sum |w_i xq_i|.
-    std::vector<double> exact, abs_sum;
-    naive_matmul(w.dequant, a.deq, s.m, s.n_out, s.n_in, &exact, &abs_sum);
+    // Q4_K accumulates two terms per block (d sc q x and dmin m x, whose
+    // magnitudes bound the partial sums instead of |w x|), each with one
+    // more product: (2 n_in / 32 + 3) roundings of sum (|d sc q| + |dmin m|) |xq|.
+    // Q6_K: two roundings per block as well, of |w| itself.
+    std::vector<float> magnitude = w.dequant;
+    if (format == Format::kQ4_K)
+      for (std::size_t o = 0; o < s.n_out; ++o)
+        for (std::size_t k = 0; k < s.n_in; ++k)
+          magnitude[o * s.n_in + k] =
+              std::fabs(w.d(o, k / 32) * w.w(o, k)) + std::fabs(w.min(o, k / 32));
+    const double roundings = format == Format::kQ4_K || format == Format::kQ6_K
+                                 ? 2.0 * s.n_in / 32 + 3
+                                 : s.n_in / 32.0 + 2;
+    std::vector<double> exact, abs_sum, unused;
+    naive_matmul(w.dequant, a.deq, s.m, s.n_out, s.n_in, &exact, &unused);
+    naive_matmul(magnitude, a.deq, s.m, s.n_out, s.n_in, &unused, &abs_sum);
     for (std::size_t i = 0; i < spec.size(); ++i)
-      ASSERT_NEAR(scalar[i], exact[i], (s.n_in / 32.0 + 2) * FLT_EPSILON * abs_sum[i] + 1e-30)
+      ASSERT_NEAR(scalar[i], exact[i], roundings * FLT_EPSILON * abs_sum[i] + 1e-30)
           << what << " vs dequantized at " << i;
 
     // Against the unquantized activations: each x_i moves by at most d / 2
@@ -266,7 +359,7 @@ TEST_P(LinearQuantized, EveryPathMatchesTheSpecificationOnOddShapes) {
           bound += std::fabs(w.dequant[o * s.n_in + k]) * a.d[t * (s.n_in / 32) + k / 32] / 2;
         const std::size_t i = t * s.n_out + o;
         ASSERT_NEAR(scalar[i], y_float[i],
-                    1.001 * bound + (s.n_in / 32.0 + 2) * FLT_EPSILON * abs_sum[i] + 1e-30)
+                    1.001 * bound + roundings * FLT_EPSILON * abs_sum[i] + 1e-30)
             << what << " vs float activations at " << i;
       }
   }
@@ -277,8 +370,11 @@ TEST_P(LinearQuantized, EveryPathMatchesTheSpecificationOnOddShapes) {
 TEST_P(LinearQuantized, ThreadedEqualsUnthreadedBitForBit) {
   const auto [format, aq] = GetParam();
   ThreadPool pool2(2), pool3(3);
-  const Shape shapes[] = {{300, 4128, 1},   {300, 4128, 3},  {300, 1024, 9}, {300, 1024, 12},
-                          {300, 1024, 130}, {17, 4128, 130}, {1000, 512, 64}};
+  // n_in 4352 (17 super-blocks) where 4128 (129 blocks) is not a whole
+  // number of Q4_K super-blocks.
+  const std::size_t odd = format == Format::kQ4_K || format == Format::kQ6_K ? 4352 : 4128;
+  const Shape shapes[] = {{300, odd, 1},    {300, odd, 3},  {300, 1024, 9}, {300, 1024, 12},
+                          {300, 1024, 130}, {17, odd, 130}, {1000, 512, 64}};
   unsigned seed = 100;
   for (const Shape& s : shapes) {
     const QuantWeights w = make_weights(format, s.n_out, s.n_in, seed++);
@@ -338,7 +434,8 @@ TEST_P(LinearQuantized, ForwardSameInputEqualsSeparateForwards) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, LinearQuantized,
-                         ::testing::Combine(::testing::Values(Format::kQ8_0, Format::kQ4_0),
+                         ::testing::Combine(::testing::Values(Format::kQ8_0, Format::kQ4_0,
+                                                              Format::kQ4_K, Format::kQ6_K),
                                             ::testing::Values(AQ::kPerGroup32, AQ::kPerToken)),
                          [](const auto& info) {
                            return std::string(format_name(std::get<0>(info.param))) + "_" +
@@ -382,6 +479,20 @@ TEST(Linear, PackedBytesMatchTheGgufSize) {
   EXPECT_EQ(l4->format(), Format::kQ4_0);
   EXPECT_EQ(l8->n_out(), 64u);
   EXPECT_EQ(l8->n_in(), 256u);
+  // Q4_K keeps its 6-bit scales and mins as bytes: 20 bytes of scales per
+  // super-block and row where the file has 16, 1.028x the file.
+  const QuantWeights q4k = make_weights(Format::kQ4_K, 64, 1024, 5);
+  absl::StatusOr<Linear> lk = make_linear(q4k);
+  ASSERT_TRUE(lk.ok()) << lk.status();
+  EXPECT_EQ(lk->format(), Format::kQ4_K);
+  const std::size_t file = 64u * 1024 / 256 * sizeof(BlockQ4_K);
+  EXPECT_EQ(lk->weight_bytes(), 64u * 1024 / 256 * (128 + 20));
+  EXPECT_LE(static_cast<double>(lk->weight_bytes()), 1.03 * file);
+  // Q6_K packs to exactly the file's size.
+  const QuantWeights q6k = make_weights(Format::kQ6_K, 64, 1024, 6);
+  absl::StatusOr<Linear> l6 = make_linear(q6k);
+  ASSERT_TRUE(l6.ok()) << l6.status();
+  EXPECT_EQ(l6->weight_bytes(), 64u * 1024 / 256 * sizeof(BlockQ6_K));
 }
 
 TEST(Linear, F32AndF16MatchANaiveMatmul) {
@@ -440,6 +551,12 @@ TEST(Linear, BadSizesAreInvalidArgument) {
   EXPECT_EQ(Linear::from_q8_0(nullptr, 1, 32).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Linear::from_f32(f.data(), 0, 4).status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Linear::from_f16(h.data(), 4, 0).status().code(), absl::StatusCode::kInvalidArgument);
+  // Q4_K rows are whole super-blocks.
+  std::vector<BlockQ4_K> q4k(4);
+  l = Linear::from_q4_k(q4k.data(), 2, 288);
+  EXPECT_EQ(l.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(l.status().message().find("multiple of 256"), std::string::npos) << l.status();
+  EXPECT_EQ(Linear::from_q4_k(nullptr, 1, 256).status().code(), absl::StatusCode::kInvalidArgument);
   // Float weights take any n_in.
   EXPECT_TRUE(Linear::from_f32(f.data(), 3, 5).ok());
 }
@@ -484,7 +601,7 @@ TEST(Linear, ScratchExhaustionIsAnErrorNotACrash) {
 // scratch allocator: no heap call, single- or multi-threaded.
 TEST(Linear, NoHeapAllocationInForwardAfterWarmUp) {
   ThreadPool pool(2);
-  for (Format format : {Format::kQ8_0, Format::kQ4_0}) {
+  for (Format format : {Format::kQ8_0, Format::kQ4_0, Format::kQ4_K, Format::kQ6_K}) {
     const QuantWeights w = make_weights(format, 256, 512, 21);
     absl::StatusOr<Linear> l = make_linear(w);
     ASSERT_TRUE(l.ok());

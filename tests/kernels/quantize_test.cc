@@ -337,7 +337,7 @@ std::vector<Quantizer> quantizers() {
 struct Acts {
   std::vector<std::int8_t> q;
   std::vector<float> d;
-  std::vector<std::int32_t> bias;
+  std::vector<std::int32_t> bias, low_sum;
   QuantizedActivations a{};
 
   Acts(std::size_t m, std::size_t blocks, std::size_t tile_tokens, bool per_token) {
@@ -346,10 +346,12 @@ struct Acts {
     q.assign(tiles * stride, 0x55);
     d.assign(per_token ? m : m * blocks, -1.0f);
     bias.assign(m * blocks, 12345);
-    a = {q.data(), d.data(), bias.data(), m, blocks, tile_tokens, stride, per_token};
+    low_sum.assign(m * blocks, 54321);
+    a = {q.data(), d.data(),    bias.data(), low_sum.data(), m,
+         blocks,   tile_tokens, stride,      per_token};
   }
   bool operator==(const Acts& o) const {
-    return q == o.q && bias == o.bias &&
+    return q == o.q && bias == o.bias && low_sum == o.low_sum &&
            std::memcmp(d.data(), o.d.data(), d.size() * sizeof(float)) == 0;
   }
 };
@@ -377,7 +379,8 @@ std::vector<float> make_activations(std::size_t m, std::size_t blocks, std::uint
 }
 
 // The documented rule, written here: d = amax / 127 (0 below kTinyRange),
-// q = round_half_even(x * (1 / d)), bias = -C * sum of the block's q.
+// q = round_half_even(x * (1 / d)), bias = -C * sum of the block's q,
+// low_sum = the sum of its first 16.
 void expect_matches_rule(const std::vector<float>& x, const QuantizedActivations& a,
                          std::int32_t bias_c, const std::string& what) {
   const std::size_t n_in = a.blocks * 32;
@@ -396,15 +399,17 @@ void expect_matches_rule(const std::vector<float>& x, const QuantizedActivations
       const float id = d == 0.0f ? 0.0f : 1.0f / d;
       const float got_d = a.per_token ? a.d[t] : a.d[s.meta + b * s.n];
       ASSERT_EQ(std::memcmp(&got_d, &d, sizeof d), 0) << what << " t=" << t << " b=" << b;
-      std::int32_t sum = 0;
+      std::int32_t sum = 0, low = 0;
       for (std::size_t i = 0; i < 32; ++i) {
         const int want = static_cast<int>(std::nearbyint(xt[b * 32 + i] * id));
         ASSERT_LE(std::abs(want), 127);
         const std::size_t k = b * 32 + i;
         ASSERT_EQ(s.q[k / 4 * s.step + k % 4], want) << what << " t=" << t << " k=" << k;
         sum += want;
+        if (i < 16) low += want;
       }
       ASSERT_EQ(a.bias[s.meta + b * s.n], -bias_c * sum) << what << " t=" << t << " b=" << b;
+      ASSERT_EQ(a.low_sum[s.meta + b * s.n], low) << what << " t=" << t << " b=" << b;
     }
   }
 }

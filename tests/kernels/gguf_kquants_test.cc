@@ -1,4 +1,4 @@
-#include "engine/kquants.h"
+#include "kernels/gguf_kquants.h"
 
 #include <gtest/gtest.h>
 
@@ -8,7 +8,7 @@
 
 #include "kernels/fp16.h"
 
-namespace hearth::engine {
+namespace hearth::kernels {
 namespace {
 
 std::vector<float> random_row(std::size_t n, unsigned seed) {
@@ -88,4 +88,4 @@ TEST(KQuants, EncodersRoundTripWithinTheirStep) {
 }
 
 }  // namespace
-}  // namespace hearth::engine
+}  // namespace hearth::kernels

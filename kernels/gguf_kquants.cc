@@ -1,28 +1,14 @@
-#include "engine/kquants.h"
+#include "kernels/gguf_kquants.h"
 
 #include <algorithm>
 #include <cmath>
 
 #include "kernels/fp16.h"
 
-namespace hearth::engine {
+namespace hearth::kernels {
 namespace {
 
-using kernels::f32_to_fp16;
-using kernels::fp16_to_f32;
-
-// Sub-block j's 6-bit scale and min, packed 8+8 into 12 bytes.
-void scale_min(int j, const std::uint8_t* q, std::uint8_t* sc, std::uint8_t* m) {
-  if (j < 4) {
-    *sc = q[j] & 63;
-    *m = q[j + 4] & 63;
-  } else {
-    *sc = static_cast<std::uint8_t>((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-    *m = static_cast<std::uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
-  }
-}
-
-void pack_scale_min(const std::uint8_t sc[8], const std::uint8_t m[8], std::uint8_t q[12]) {
+void pack_k_scale_min(const std::uint8_t sc[8], const std::uint8_t m[8], std::uint8_t q[12]) {
   for (int j = 0; j < 12; ++j) q[j] = 0;
   for (int j = 0; j < 8; ++j) {
     if (j < 4) {
@@ -69,10 +55,20 @@ void quantize_super_block_asym(const float* x, int nmax, std::uint16_t* d_out,
       L[32 * j + i] = static_cast<std::uint8_t>(std::clamp(l, 0, nmax));
     }
   }
-  pack_scale_min(sc, m, scales);
+  pack_k_scale_min(sc, m, scales);
 }
 
 }  // namespace
+
+void k_scale_min(int j, const std::uint8_t* q, std::uint8_t* sc, std::uint8_t* m) {
+  if (j < 4) {
+    *sc = q[j] & 63;
+    *m = q[j + 4] & 63;
+  } else {
+    *sc = static_cast<std::uint8_t>((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
+    *m = static_cast<std::uint8_t>((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+  }
+}
 
 void dequantize_row_q4_k(const BlockQ4_K* in, float* y, std::size_t n) {
   for (std::size_t b = 0; b < n / kSuperBlock; ++b) {
@@ -80,9 +76,9 @@ void dequantize_row_q4_k(const BlockQ4_K* in, float* y, std::size_t n) {
     const std::uint8_t* q = in[b].qs;
     for (int j = 0; j < 8; j += 2, q += 32) {
       std::uint8_t sc, m;
-      scale_min(j, in[b].scales, &sc, &m);
+      k_scale_min(j, in[b].scales, &sc, &m);
       const float d1 = d * sc, m1 = dmin * m;
-      scale_min(j + 1, in[b].scales, &sc, &m);
+      k_scale_min(j + 1, in[b].scales, &sc, &m);
       const float d2 = d * sc, m2 = dmin * m;
       for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>(q[l] & 0xF) - m1;
       for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>(q[l] >> 4) - m2;
@@ -98,9 +94,9 @@ void dequantize_row_q5_k(const BlockQ5_K* in, float* y, std::size_t n) {
     std::uint8_t u1 = 1, u2 = 2;
     for (int j = 0; j < 8; j += 2, q += 32) {
       std::uint8_t sc, m;
-      scale_min(j, in[b].scales, &sc, &m);
+      k_scale_min(j, in[b].scales, &sc, &m);
       const float d1 = d * sc, m1 = dmin * m;
-      scale_min(j + 1, in[b].scales, &sc, &m);
+      k_scale_min(j + 1, in[b].scales, &sc, &m);
       const float d2 = d * sc, m2 = dmin * m;
       for (int l = 0; l < 32; ++l)
         *y++ = d1 * static_cast<float>((q[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
@@ -110,6 +106,14 @@ void dequantize_row_q5_k(const BlockQ5_K* in, float* y, std::size_t n) {
       u2 = static_cast<std::uint8_t>(u2 << 2);
     }
   }
+}
+
+std::uint8_t q6_k_value(const BlockQ6_K& block, std::size_t e) {
+  const std::size_t half = e / 128, k = e % 128 / 32, l = e % 32;
+  const std::uint8_t low = block.ql[64 * half + 32 * (k % 2) + l];
+  const int low4 = k < 2 ? low & 0x0f : low >> 4;
+  const int high2 = (block.qh[32 * half + l] >> (2 * k)) & 3;
+  return static_cast<std::uint8_t>(low4 | high2 << 4);
 }
 
 void dequantize_row_q6_k(const BlockQ6_K* in, float* y, std::size_t n) {
@@ -201,4 +205,4 @@ void quantize_row_q6_k(const float* x, BlockQ6_K* out, std::size_t n) {
   }
 }
 
-}  // namespace hearth::engine
+}  // namespace hearth::kernels

@@ -9,6 +9,7 @@
 #include "engine/gguf_writer.h"
 #include "kernels/fp16.h"
 #include "kernels/gguf_blocks.h"
+#include "kernels/gguf_kquants.h"
 
 namespace hearth::engine {
 namespace {
@@ -44,6 +45,8 @@ std::string encode(GgmlType type, std::size_t rows, std::size_t cols, Stream& rn
   const std::size_t row_bytes = type == GgmlType::kF32    ? cols * 4
                                 : type == GgmlType::kF16  ? cols * 2
                                 : type == GgmlType::kQ8_0 ? cols / 32 * sizeof(kernels::BlockQ8_0)
+                                : type == GgmlType::kQ4_K ? cols / 256 * sizeof(kernels::BlockQ4_K)
+                                : type == GgmlType::kQ6_K ? cols / 256 * sizeof(kernels::BlockQ6_K)
                                                           : cols / 32 * sizeof(kernels::BlockQ4_0);
   out.resize(rows * row_bytes);
   for (std::size_t r = 0; r < rows; ++r) {
@@ -61,6 +64,12 @@ std::string encode(GgmlType type, std::size_t rows, std::size_t cols, Stream& rn
         break;
       case GgmlType::kQ8_0:
         kernels::quantize_row_q8_0(row.data(), reinterpret_cast<kernels::BlockQ8_0*>(dst), cols);
+        break;
+      case GgmlType::kQ4_K:
+        kernels::quantize_row_q4_k(row.data(), reinterpret_cast<kernels::BlockQ4_K*>(dst), cols);
+        break;
+      case GgmlType::kQ6_K:
+        kernels::quantize_row_q6_k(row.data(), reinterpret_cast<kernels::BlockQ6_K*>(dst), cols);
         break;
       default:
         kernels::quantize_row_q4_0(row.data(), reinterpret_cast<kernels::BlockQ4_0*>(dst), cols);
@@ -123,14 +132,20 @@ absl::StatusOr<std::string> synthesize_model(const SyntheticModelSpec& s) {
   const bool qwen2 = s.architecture == "qwen2";
   if (!(s.bias_scale >= 0.0f && std::isfinite(s.bias_scale)))
     return bad(str_cat("bias_scale ", s.bias_scale, " must be finite and non-negative"));
-  const bool blocks = s.weight_type == GgmlType::kQ8_0 || s.weight_type == GgmlType::kQ4_0;
+  const bool k_quant = s.weight_type == GgmlType::kQ4_K || s.weight_type == GgmlType::kQ6_K;
+  if (s.q4_k_m && s.weight_type != GgmlType::kQ4_K)
+    return bad(
+        str_cat("q4_k_m mixes Q6_K into Q4_K weights, not into ", ggml_type_name(s.weight_type)));
+  const bool blocks =
+      s.weight_type == GgmlType::kQ8_0 || s.weight_type == GgmlType::kQ4_0 || k_quant;
   if (!blocks && s.weight_type != GgmlType::kF32 && s.weight_type != GgmlType::kF16) {
     return bad(str_cat("weight type ", ggml_type_name(s.weight_type),
-                       " is not one of F32, F16, Q8_0, Q4_0"));
+                       " is not one of F32, F16, Q8_0, Q4_0, Q4_K, Q6_K"));
   }
-  if (blocks && (s.n_embd % 32 != 0 || s.n_ff % 32 != 0)) {
-    return bad(str_cat("dim ", s.n_embd, " and ffn ", s.n_ff, " must be multiples of 32 for ",
-                       ggml_type_name(s.weight_type)));
+  const std::size_t row_multiple = k_quant ? 256 : 32;
+  if (blocks && (s.n_embd % row_multiple != 0 || s.n_ff % row_multiple != 0)) {
+    return bad(str_cat("dim ", s.n_embd, " and ffn ", s.n_ff, " must be multiples of ",
+                       row_multiple, " for ", ggml_type_name(s.weight_type)));
   }
   const std::size_t head_dim = s.n_embd / s.n_head, kv_dim = head_dim * s.n_head_kv;
   GgufWriter w;
@@ -140,6 +155,9 @@ absl::StatusOr<std::string> synthesize_model(const SyntheticModelSpec& s) {
   w.add_uint32("general.file_type", s.weight_type == GgmlType::kF32    ? 0
                                     : s.weight_type == GgmlType::kF16  ? 1
                                     : s.weight_type == GgmlType::kQ8_0 ? 7
+                                    : s.q4_k_m                         ? 15  // MOSTLY_Q4_K_M
+                                    : s.weight_type == GgmlType::kQ4_K ? 14  // MOSTLY_Q4_K_S
+                                    : k_quant                          ? 18  // MOSTLY_Q6_K
                                                                        : 2);
   w.add_uint32(a + ".block_count", static_cast<std::uint32_t>(s.n_layer));
   w.add_uint32(a + ".embedding_length", static_cast<std::uint32_t>(s.n_embd));
@@ -165,11 +183,19 @@ absl::StatusOr<std::string> synthesize_model(const SyntheticModelSpec& s) {
   w.add_uint32("tokenizer.ggml.eos_token_id", 2);
   w.add_uint32("tokenizer.ggml.unknown_token_id", 0);
 
-  auto matrix = [&](const std::string& name, std::size_t n_in, std::size_t n_out) {
+  // Q4_K_M as llama.cpp's quantizer makes it: Q6_K for the output and for
+  // attn_v and ffn_down of the first and last eighth of the layers and every
+  // third one between.
+  auto more_bits = [&](std::size_t layer) {
+    const std::size_t n = s.n_layer;
+    return layer < n / 8 || layer >= 7 * n / 8 || (layer - n / 8) % 3 == 2;
+  };
+  auto matrix = [&](const std::string& name, std::size_t n_in, std::size_t n_out,
+                    bool q6_k_in_mix = false) {
     Stream rng(hash(s.seed, name));
-    w.add_tensor(
-        name, {n_in, n_out}, s.weight_type,
-        encode(s.weight_type, n_out, n_in, rng, std::sqrt(3.0f / static_cast<float>(n_in)), 0.0f));
+    const GgmlType type = s.q4_k_m && q6_k_in_mix ? GgmlType::kQ6_K : s.weight_type;
+    w.add_tensor(name, {n_in, n_out}, type,
+                 encode(type, n_out, n_in, rng, std::sqrt(3.0f / static_cast<float>(n_in)), 0.0f));
   };
   auto bias = [&](const std::string& name, std::size_t n) {
     Stream rng(hash(s.seed, name));
@@ -192,16 +218,16 @@ absl::StatusOr<std::string> synthesize_model(const SyntheticModelSpec& s) {
     if (qwen2) bias(p + "attn_q.bias", s.n_embd);
     matrix(p + "attn_k.weight", s.n_embd, kv_dim);
     if (qwen2) bias(p + "attn_k.bias", kv_dim);
-    matrix(p + "attn_v.weight", s.n_embd, kv_dim);
+    matrix(p + "attn_v.weight", s.n_embd, kv_dim, more_bits(l));
     if (qwen2) bias(p + "attn_v.bias", kv_dim);
     matrix(p + "attn_output.weight", s.n_embd, s.n_embd);
     norm(p + "ffn_norm.weight");
     matrix(p + "ffn_gate.weight", s.n_embd, s.n_ff);
     matrix(p + "ffn_up.weight", s.n_embd, s.n_ff);
-    matrix(p + "ffn_down.weight", s.n_ff, s.n_embd);
+    matrix(p + "ffn_down.weight", s.n_ff, s.n_embd, more_bits(l));
   }
   norm("output_norm.weight");
-  matrix("output.weight", s.n_embd, s.n_vocab);
+  matrix("output.weight", s.n_embd, s.n_vocab, true);
   return w.serialize();
 }
 

@@ -6,13 +6,16 @@
 #include "absl/status/status.h"
 #include "base/status_macros.h"
 #include "base/str_cat.h"
-#include "engine/kquants.h"
 #include "kernels/fp16.h"
 #include "kernels/gguf_blocks.h"
+#include "kernels/gguf_kquants.h"
 
 namespace hearth::engine {
 namespace {
 
+using kernels::BlockQ4_K;
+using kernels::BlockQ5_K;
+using kernels::BlockQ6_K;
 using kernels::Linear;
 
 absl::Status bad_tensor(const GgufFile& f, const GgufTensorInfo& t, std::string_view problem) {
@@ -141,8 +144,18 @@ struct Loader {
           break;
         }
         case GgmlType::kQ4_K:
-        case GgmlType::kQ5_K:
-        case GgmlType::kQ6_K: {
+          if (!options.kquants_as_f32) {
+            l = Linear::from_q4_k(reinterpret_cast<const BlockQ4_K*>(ti.data), n_out, n_in);
+            break;
+          }
+          [[fallthrough]];
+        case GgmlType::kQ6_K:
+          if (ti.type == GgmlType::kQ6_K && !options.kquants_as_f32) {
+            l = Linear::from_q6_k(reinterpret_cast<const BlockQ6_K*>(ti.data), n_out, n_in);
+            break;
+          }
+          [[fallthrough]];
+        case GgmlType::kQ5_K: {
           HEARTH_ASSIGN_OR_RETURN(auto x, to_float(f, ti));
           l = options.kquants_as_f32 ? Linear::from_f32(x.data(), n_out, n_in)
                                      : Linear::from_q8_0(to_q8_0(x).data(), n_out, n_in);
@@ -233,6 +246,12 @@ absl::StatusOr<std::shared_ptr<const ModelWeights>> ModelWeights::load(
       break;
     case GgmlType::kQ4_0:
       w->embedding_type_ = kernels::DType::kQ4_0;
+      break;
+    case GgmlType::kQ4_K:
+      w->embedding_type_ = kernels::DType::kQ4_K;
+      break;
+    case GgmlType::kQ6_K:
+      w->embedding_type_ = kernels::DType::kQ6_K;
       break;
     default: {
       HEARTH_ASSIGN_OR_RETURN(auto x, to_float(f, et));

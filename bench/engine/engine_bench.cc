@@ -8,7 +8,8 @@
 // embedding row and the KV cache read at the measured context. Shapes:
 //   (a) 768 wide, 12 layers, 12 heads, FFN 2048, vocab 32000
 //   (b) the TinyLlama 1.1B shape: 2048 wide, 22 layers, 32 heads, 4 KV heads, FFN 5632, vocab 32000
-// each in Q8_0 and Q4_0, on 1 and 2 threads; prefill of a 128-token prompt.
+// each in Q8_0 and Q4_0, and (b) also in Q4_K, Q4_K_M (Q4_K with Q6_K where
+// llama.cpp puts it) and Q6_K, on 1 and 2 threads; prefill of a 128-token prompt.
 //
 // Each model runs 5 times (prefill, then 64 decode tokens); the streaming
 // bandwidth is measured again just before each decode, so every ratio
@@ -33,8 +34,8 @@
 
 #include "bench_support.h"
 #include "engine/module.h"
-#include "kernels/cpu_features.h"
 #include "engine/synthetic_model.h"
+#include "kernels/cpu_features.h"
 #include "memory/thread_temp_allocator.h"
 #include "spdlog/spdlog.h"
 
@@ -58,9 +59,15 @@ struct Loaded {
   std::shared_ptr<const engine::ModelWeights> weights;
 };
 
-Loaded& model(const Shape& s, GgmlType type) {
+// The weights' name: the type, or Q4_K_M for Q4_K mixed with Q6_K as
+// llama.cpp's quantizer mixes them.
+std::string weights_name(GgmlType type, bool q4_k_m) {
+  return q4_k_m ? "Q4_K_M" : engine::ggml_type_name(type);
+}
+
+Loaded& model(const Shape& s, GgmlType type, bool q4_k_m) {
   static std::map<std::string, std::unique_ptr<Loaded>> cache;
-  const std::string key = std::string(s.name) + "/" + engine::ggml_type_name(type);
+  const std::string key = std::string(s.name) + "/" + weights_name(type, q4_k_m);
   auto& slot = cache[key];
   if (slot) return *slot;
   slot = std::make_unique<Loaded>();
@@ -74,16 +81,21 @@ Loaded& model(const Shape& s, GgmlType type) {
   spec.n_vocab = s.vocab;
   spec.context_length = 2048;
   spec.weight_type = type;
+  spec.q4_k_m = q4_k_m;
   auto bytes = engine::synthesize_model(spec);
   if (!bytes.ok()) std::abort();
   slot->bytes = std::move(*bytes);
   if (const char* dir = std::getenv("HEARTH_WRITE_MODELS_TO")) {
-    const auto path = std::filesystem::path(dir) / (std::string(s.name) + "-" + engine::ggml_type_name(type) + ".gguf");
-    std::ofstream(path, std::ios::binary).write(slot->bytes.data(), static_cast<std::streamsize>(slot->bytes.size()));
+    const auto path = std::filesystem::path(dir) /
+                      (std::string(s.name) + "-" + weights_name(type, q4_k_m) + ".gguf");
+    std::ofstream(path, std::ios::binary)
+        .write(slot->bytes.data(), static_cast<std::streamsize>(slot->bytes.size()));
   }
-  auto file = engine::GgufFile::parse(reinterpret_cast<const std::uint8_t*>(slot->bytes.data()), slot->bytes.size(), key);
+  auto file = engine::GgufFile::parse(reinterpret_cast<const std::uint8_t*>(slot->bytes.data()),
+                                      slot->bytes.size(), key);
   if (!file.ok()) std::abort();
-  auto weights = engine::ModelWeights::load(std::shared_ptr<const engine::GgufFile>(std::move(*file)));
+  auto weights =
+      engine::ModelWeights::load(std::shared_ptr<const engine::GgufFile>(std::move(*file)));
   if (!weights.ok()) {
     std::fprintf(stderr, "%s\n", std::string(weights.status().message()).c_str());
     std::abort();
@@ -98,9 +110,9 @@ double median(std::vector<double> v) {
   return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-void BM_Model(benchmark::State& state, const Shape& shape, GgmlType type) {
+void BM_Model(benchmark::State& state, const Shape& shape, GgmlType type, bool q4_k_m = false) {
   const auto threads = static_cast<std::size_t>(state.range(0));
-  Loaded& m = model(shape, type);
+  Loaded& m = model(shape, type, q4_k_m);
   engine::ModuleOptions o;
   o.context_length = kPromptTokens + kDecodeTokens + 8;
   o.max_chunk = kPromptTokens;
@@ -109,15 +121,17 @@ void BM_Model(benchmark::State& state, const Shape& shape, GgmlType type) {
   if (!module.ok()) std::abort();
   engine::Module& mod = **module;
   std::vector<std::int32_t> prompt(kPromptTokens);
-  for (std::size_t i = 0; i < prompt.size(); ++i) prompt[i] = static_cast<std::int32_t>(300 + (i * 7919) % 20000);
+  for (std::size_t i = 0; i < prompt.size(); ++i)
+    prompt[i] = static_cast<std::int32_t>(300 + (i * 7919) % 20000);
   CachingAllocator& temp = thread_temp_allocator();
   const engine::ModelConfig& c = mod.config();
   // Bytes read per decode token: packed weights + one embedding row + the KV
   // cache at the mean decode position (int8 rows: head_dim + 8 bytes of scales).
   const double mean_ctx = static_cast<double>(kPromptTokens) + kDecodeTokens / 2.0;
   const double kv_bytes = 2.0 * c.n_layer * c.n_head_kv * mean_ctx * (c.head_dim + 8);
-  const double bytes_per_token = static_cast<double>(m.weights->packed_bytes()) +
-                                 static_cast<double>(kernels::row_bytes(m.weights->embedding_type(), c.n_embd)) + kv_bytes;
+  const double bytes_per_token =
+      static_cast<double>(m.weights->packed_bytes()) +
+      static_cast<double>(kernels::row_bytes(m.weights->embedding_type(), c.n_embd)) + kv_bytes;
   std::vector<double> prefill_tps, decode_tps, rooflines;
   for (auto _ : state) {
     auto t0 = std::chrono::steady_clock::now();
@@ -134,7 +148,8 @@ void BM_Model(benchmark::State& state, const Shape& shape, GgmlType type) {
     const double bw = stream_read_gbps_now(threads, 3) * 1e9;
     auto t2 = std::chrono::steady_clock::now();
     for (std::size_t i = 0; i < kDecodeTokens; ++i) {
-      next = static_cast<std::int32_t>(std::max_element(logits->begin(), logits->end()) - logits->begin());
+      next = static_cast<std::int32_t>(std::max_element(logits->begin(), logits->end()) -
+                                       logits->begin());
       one[0] = next;
       logits = mod.forward(one, pos++);
       temp.reset();
@@ -148,23 +163,64 @@ void BM_Model(benchmark::State& state, const Shape& shape, GgmlType type) {
     rooflines.push_back(decode_tps.back() * bytes_per_token / bw);
   }
   // Medians over the iterations; the roofline's range shows the spread.
-  const double prefill = median(prefill_tps), decode = median(decode_tps), roofline = median(rooflines);
+  const double prefill = median(prefill_tps), decode = median(decode_tps),
+               roofline = median(rooflines);
   const auto [lo, hi] = std::minmax_element(rooflines.begin(), rooflines.end());
   state.counters["prefill_tok_s"] = prefill;
   state.counters["decode_tok_s"] = decode;
   state.counters["roofline"] = roofline;
   char fig[200];
   std::snprintf(fig, sizeof fig,
-                "prefill %.1f tok/s | decode %.2f tok/s = %.0f%% of roofline (%zu runs: %.0f-%.0f%%; %.2f GB/token)",
-                prefill, decode, 100 * roofline, rooflines.size(), 100 * *lo, 100 * *hi, bytes_per_token / 1e9);
-  summary(std::string("model ") + shape.name + " " + engine::ggml_type_name(type),
+                "prefill %.1f tok/s | decode %.2f tok/s = %.0f%% of roofline (%zu runs: "
+                "%.0f-%.0f%%; %.2f GB/token)",
+                prefill, decode, 100 * roofline, rooflines.size(), 100 * *lo, 100 * *hi,
+                bytes_per_token / 1e9);
+  summary(std::string("model ") + shape.name + " " + weights_name(type, q4_k_m),
           std::to_string(threads) + " thread" + (threads == 1 ? "" : "s"), fig);
 }
 
-BENCHMARK_CAPTURE(BM_Model, a_q8_0, kShapeA, GgmlType::kQ8_0)->Arg(1)->Arg(2)->Iterations(5)->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Model, a_q4_0, kShapeA, GgmlType::kQ4_0)->Arg(1)->Arg(2)->Iterations(5)->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Model, b_q8_0, kShapeB, GgmlType::kQ8_0)->Arg(1)->Arg(2)->Iterations(5)->UseManualTime()->Unit(benchmark::kMillisecond);
-BENCHMARK_CAPTURE(BM_Model, b_q4_0, kShapeB, GgmlType::kQ4_0)->Arg(1)->Arg(2)->Iterations(5)->UseManualTime()->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Model, a_q8_0, kShapeA, GgmlType::kQ8_0)
+    ->Arg(1)
+    ->Arg(2)
+    ->Iterations(5)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Model, a_q4_0, kShapeA, GgmlType::kQ4_0)
+    ->Arg(1)
+    ->Arg(2)
+    ->Iterations(5)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Model, b_q8_0, kShapeB, GgmlType::kQ8_0)
+    ->Arg(1)
+    ->Arg(2)
+    ->Iterations(5)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Model, b_q4_0, kShapeB, GgmlType::kQ4_0)
+    ->Arg(1)
+    ->Arg(2)
+    ->Iterations(5)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Model, b_q4_k, kShapeB, GgmlType::kQ4_K)
+    ->Arg(1)
+    ->Arg(2)
+    ->Iterations(5)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Model, b_q4_k_m, kShapeB, GgmlType::kQ4_K, true)
+    ->Arg(1)
+    ->Arg(2)
+    ->Iterations(5)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Model, b_q6_k, kShapeB, GgmlType::kQ6_K)
+    ->Arg(1)
+    ->Arg(2)
+    ->Iterations(5)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace hearth::bench

@@ -46,6 +46,7 @@ std::string encode(GgmlType type, std::size_t rows, std::size_t cols, Stream& rn
                                 : type == GgmlType::kF16  ? cols * 2
                                 : type == GgmlType::kQ8_0 ? cols / 32 * sizeof(kernels::BlockQ8_0)
                                 : type == GgmlType::kQ4_K ? cols / 256 * sizeof(kernels::BlockQ4_K)
+                                : type == GgmlType::kQ5_K ? cols / 256 * sizeof(kernels::BlockQ5_K)
                                 : type == GgmlType::kQ6_K ? cols / 256 * sizeof(kernels::BlockQ6_K)
                                                           : cols / 32 * sizeof(kernels::BlockQ4_0);
   out.resize(rows * row_bytes);
@@ -67,6 +68,9 @@ std::string encode(GgmlType type, std::size_t rows, std::size_t cols, Stream& rn
         break;
       case GgmlType::kQ4_K:
         kernels::quantize_row_q4_k(row.data(), reinterpret_cast<kernels::BlockQ4_K*>(dst), cols);
+        break;
+      case GgmlType::kQ5_K:
+        kernels::quantize_row_q5_k(row.data(), reinterpret_cast<kernels::BlockQ5_K*>(dst), cols);
         break;
       case GgmlType::kQ6_K:
         kernels::quantize_row_q6_k(row.data(), reinterpret_cast<kernels::BlockQ6_K*>(dst), cols);
@@ -132,15 +136,16 @@ absl::StatusOr<std::string> synthesize_model(const SyntheticModelSpec& s) {
   const bool qwen2 = s.architecture == "qwen2";
   if (!(s.bias_scale >= 0.0f && std::isfinite(s.bias_scale)))
     return bad(str_cat("bias_scale ", s.bias_scale, " must be finite and non-negative"));
-  const bool k_quant = s.weight_type == GgmlType::kQ4_K || s.weight_type == GgmlType::kQ6_K;
-  if (s.q4_k_m && s.weight_type != GgmlType::kQ4_K)
-    return bad(
-        str_cat("q4_k_m mixes Q6_K into Q4_K weights, not into ", ggml_type_name(s.weight_type)));
+  const bool k_quant = s.weight_type == GgmlType::kQ4_K || s.weight_type == GgmlType::kQ5_K ||
+                       s.weight_type == GgmlType::kQ6_K;
+  if (s.medium_mix && s.weight_type != GgmlType::kQ4_K && s.weight_type != GgmlType::kQ5_K)
+    return bad(str_cat("the _M mix puts Q6_K among Q4_K or Q5_K weights, not ",
+                       ggml_type_name(s.weight_type)));
   const bool blocks =
       s.weight_type == GgmlType::kQ8_0 || s.weight_type == GgmlType::kQ4_0 || k_quant;
   if (!blocks && s.weight_type != GgmlType::kF32 && s.weight_type != GgmlType::kF16) {
     return bad(str_cat("weight type ", ggml_type_name(s.weight_type),
-                       " is not one of F32, F16, Q8_0, Q4_0, Q4_K, Q6_K"));
+                       " is not one of F32, F16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K"));
   }
   const std::size_t row_multiple = k_quant ? 256 : 32;
   if (blocks && (s.n_embd % row_multiple != 0 || s.n_ff % row_multiple != 0)) {
@@ -152,13 +157,15 @@ absl::StatusOr<std::string> synthesize_model(const SyntheticModelSpec& s) {
   const std::string& a = s.architecture;  // the metadata key prefix
   w.add_string("general.architecture", a);
   w.add_string("general.name", s.name);
-  w.add_uint32("general.file_type", s.weight_type == GgmlType::kF32    ? 0
-                                    : s.weight_type == GgmlType::kF16  ? 1
-                                    : s.weight_type == GgmlType::kQ8_0 ? 7
-                                    : s.q4_k_m                         ? 15  // MOSTLY_Q4_K_M
-                                    : s.weight_type == GgmlType::kQ4_K ? 14  // MOSTLY_Q4_K_S
-                                    : k_quant                          ? 18  // MOSTLY_Q6_K
-                                                                       : 2);
+  // llama.cpp's file types: MOSTLY_Q4_K_S 14, _M 15, Q5_K_S 16, _M 17, Q6_K 18.
+  std::uint32_t file_type = 2;  // MOSTLY_Q4_0
+  if (s.weight_type == GgmlType::kF32) file_type = 0;
+  if (s.weight_type == GgmlType::kF16) file_type = 1;
+  if (s.weight_type == GgmlType::kQ8_0) file_type = 7;
+  if (s.weight_type == GgmlType::kQ4_K) file_type = s.medium_mix ? 15 : 14;
+  if (s.weight_type == GgmlType::kQ5_K) file_type = s.medium_mix ? 17 : 16;
+  if (s.weight_type == GgmlType::kQ6_K) file_type = 18;
+  w.add_uint32("general.file_type", file_type);
   w.add_uint32(a + ".block_count", static_cast<std::uint32_t>(s.n_layer));
   w.add_uint32(a + ".embedding_length", static_cast<std::uint32_t>(s.n_embd));
   w.add_uint32(a + ".attention.head_count", static_cast<std::uint32_t>(s.n_head));
@@ -183,7 +190,7 @@ absl::StatusOr<std::string> synthesize_model(const SyntheticModelSpec& s) {
   w.add_uint32("tokenizer.ggml.eos_token_id", 2);
   w.add_uint32("tokenizer.ggml.unknown_token_id", 0);
 
-  // Q4_K_M as llama.cpp's quantizer makes it: Q6_K for the output and for
+  // Q4_K_M / Q5_K_M as llama.cpp's quantizer makes them: Q6_K for the output and for
   // attn_v and ffn_down of the first and last eighth of the layers and every
   // third one between.
   auto more_bits = [&](std::size_t layer) {
@@ -193,7 +200,7 @@ absl::StatusOr<std::string> synthesize_model(const SyntheticModelSpec& s) {
   auto matrix = [&](const std::string& name, std::size_t n_in, std::size_t n_out,
                     bool q6_k_in_mix = false) {
     Stream rng(hash(s.seed, name));
-    const GgmlType type = s.q4_k_m && q6_k_in_mix ? GgmlType::kQ6_K : s.weight_type;
+    const GgmlType type = s.medium_mix && q6_k_in_mix ? GgmlType::kQ6_K : s.weight_type;
     w.add_tensor(name, {n_in, n_out}, type,
                  encode(type, n_out, n_in, rng, std::sqrt(3.0f / static_cast<float>(n_in)), 0.0f));
   };

@@ -33,12 +33,12 @@ struct SyntheticModelSpec {
   std::size_t n_ff = 704;
   std::size_t n_vocab = 4096;
   std::size_t context_length = 2048;
-  // F32, F16, Q8_0, Q4_0, Q4_K or Q6_K (rows multiples of 256) for
-  // projections and embeddings.
+  // F32, F16, Q8_0, Q4_0, Q4_K, Q5_K or Q6_K (rows multiples of 256 for the
+  // K-quants) for projections and embeddings.
   GgmlType weight_type = GgmlType::kQ8_0;
-  // With Q4_K: Q6_K where llama.cpp's Q4_K_M puts it (the output, and attn_v
-  // and ffn_down of some layers).
-  bool q4_k_m = false;
+  // With Q4_K or Q5_K: Q6_K where llama.cpp's _M types put it (the output,
+  // and attn_v and ffn_down of some layers).
+  bool medium_mix = false;
   std::uint64_t seed = 1;
   std::string architecture = "llama";  // "llama" or "qwen2"
   float bias_scale = 0.5f;             // qwen2: amplitude of the q/k/v biases (0: all zero)

@@ -149,13 +149,17 @@ struct Loader {
             break;
           }
           [[fallthrough]];
-        case GgmlType::kQ6_K:
+        case GgmlType::kQ5_K:
+          if (ti.type == GgmlType::kQ5_K && !options.kquants_as_f32) {
+            l = Linear::from_q5_k(reinterpret_cast<const BlockQ5_K*>(ti.data), n_out, n_in);
+            break;
+          }
+          [[fallthrough]];
+        case GgmlType::kQ6_K: {
           if (ti.type == GgmlType::kQ6_K && !options.kquants_as_f32) {
             l = Linear::from_q6_k(reinterpret_cast<const BlockQ6_K*>(ti.data), n_out, n_in);
             break;
           }
-          [[fallthrough]];
-        case GgmlType::kQ5_K: {
           HEARTH_ASSIGN_OR_RETURN(auto x, to_float(f, ti));
           l = options.kquants_as_f32 ? Linear::from_f32(x.data(), n_out, n_in)
                                      : Linear::from_q8_0(to_q8_0(x).data(), n_out, n_in);
@@ -249,6 +253,9 @@ absl::StatusOr<std::shared_ptr<const ModelWeights>> ModelWeights::load(
       break;
     case GgmlType::kQ4_K:
       w->embedding_type_ = kernels::DType::kQ4_K;
+      break;
+    case GgmlType::kQ5_K:
+      w->embedding_type_ = kernels::DType::kQ5_K;
       break;
     case GgmlType::kQ6_K:
       w->embedding_type_ = kernels::DType::kQ6_K;

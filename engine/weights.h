@@ -1,13 +1,9 @@
 // A model's weights, loaded once and shared read-only by every warm instance.
 //
 // Projections become kernels::Linear objects in the layout their kernel wants
-// (packed at load). F32, F16, BF16, Q8_0, Q4_0, Q4_K and Q6_K run natively
-// (without loss; Q4_K's 6-bit scales stored as bytes: 1.028x its file size);
-// Q5_K is decoded at load and re-encoded as Q8_0 (per 32 weights,
-// one fp16 scale): that re-encoding adds at most half a Q8_0 step (|w|max /
-// 254 of its group) to each weight, far below the K-quant's own error, and
-// costs ~1.06 bytes per weight instead of 0.69-0.82 (measured in
-// tests/engine). Any other
+// (packed at load). F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K run
+// natively (the K-quants without loss; Q4_K's and Q5_K's 6-bit scales are
+// stored as bytes: 1.02-1.03x their file size). Any other
 // type is refused by name. The embedding table is read in place from the
 // mapped file when its type is native.
 //
@@ -35,9 +31,8 @@ struct LoadOptions {
   // whose input width is not a multiple of 32 stay float.
   enum class Convert { kNone, kQ8_0, kQ4_0 };
   Convert convert = Convert::kNone;
-  // K-quant projections run natively (Q4_K, Q6_K) or are re-encoded as Q8_0
-  // (Q5_K) by default or, to measure what that costs, kept exactly as
-  // decoded floats.
+  // K-quant projections run natively by default or, to measure what the
+  // int8 activations cost, are kept exactly as decoded floats.
   bool kquants_as_f32 = false;
 };
 

@@ -16,6 +16,8 @@ const char* dtype_name(DType t) {
       return "Q4_0";
     case DType::kQ4_K:
       return "Q4_K";
+    case DType::kQ5_K:
+      return "Q5_K";
     case DType::kQ6_K:
       return "Q6_K";
   }

@@ -13,13 +13,14 @@ enum class DType : int {
   kQ8_0,  // blocks of 32: fp16 scale + 32 int8 (kernels/gguf_blocks.h)
   kQ4_0,  // blocks of 32: fp16 scale + 16 bytes of nibbles
   kQ4_K,  // super-blocks of 256 (kernels/gguf_kquants.h)
+  kQ5_K,
   kQ6_K,
 };
 
 const char* dtype_name(DType t);
 
 // Bytes of one row of `n` elements (n a multiple of 32 for block types, of
-// 256 for Q4_K and Q6_K).
+// 256 for the K-quants).
 constexpr std::size_t row_bytes(DType t, std::size_t n) {
   switch (t) {
     case DType::kF32:
@@ -33,6 +34,8 @@ constexpr std::size_t row_bytes(DType t, std::size_t n) {
       return n / 32 * 18;
     case DType::kQ4_K:
       return n / 256 * 144;
+    case DType::kQ5_K:
+      return n / 256 * 176;
     case DType::kQ6_K:
       return n / 256 * 210;
   }

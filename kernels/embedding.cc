@@ -22,7 +22,7 @@ absl::Status embedding_lookup(const void* table, DType type, std::size_t vocab, 
                                                                     : "out",
                                                    " with n = ", n));
   if (type != DType::kF32 && type != DType::kF16 && type != DType::kBF16 && type != DType::kQ8_0 &&
-      type != DType::kQ4_0 && type != DType::kQ4_K && type != DType::kQ6_K)
+      type != DType::kQ4_0 && type != DType::kQ4_K && type != DType::kQ5_K && type != DType::kQ6_K)
     return absl::InvalidArgumentError(
         absl::StrCat("embedding_lookup: unknown table type ", static_cast<int>(type)));
   if (type != DType::kF32 && reinterpret_cast<std::uintptr_t>(table) % 2 != 0)
@@ -33,7 +33,8 @@ absl::Status embedding_lookup(const void* table, DType type, std::size_t vocab, 
     return absl::InvalidArgumentError(absl::StrCat("embedding_lookup: dim = ", dim,
                                                    " is not a multiple of ", kQuantGroup, " for a ",
                                                    dtype_name(type), " table"));
-  if ((type == DType::kQ4_K || type == DType::kQ6_K) && dim % kSuperBlock != 0)
+  if ((type == DType::kQ4_K || type == DType::kQ5_K || type == DType::kQ6_K) &&
+      dim % kSuperBlock != 0)
     return absl::InvalidArgumentError(absl::StrCat("embedding_lookup: dim = ", dim,
                                                    " is not a multiple of ", kSuperBlock, " for a ",
                                                    dtype_name(type), " table"));
@@ -68,6 +69,9 @@ absl::Status embedding_lookup(const void* table, DType type, std::size_t vocab, 
           break;
         case DType::kQ4_K:  // one row per token: the scalar decoders are enough
           dequantize_row_q4_k(reinterpret_cast<const BlockQ4_K*>(row), y, dim);
+          break;
+        case DType::kQ5_K:
+          dequantize_row_q5_k(reinterpret_cast<const BlockQ5_K*>(row), y, dim);
           break;
         case DType::kQ6_K:
           dequantize_row_q6_k(reinterpret_cast<const BlockQ6_K*>(row), y, dim);

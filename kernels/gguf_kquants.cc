@@ -116,6 +116,13 @@ std::uint8_t q6_k_value(const BlockQ6_K& block, std::size_t e) {
   return static_cast<std::uint8_t>(low4 | high2 << 4);
 }
 
+std::uint8_t q5_k_value(const BlockQ5_K& block, std::size_t e) {
+  const std::size_t j = e / 32, l = e % 32;
+  const std::uint8_t byte = block.qs[32 * (j / 2) + l];
+  const int low4 = j % 2 == 0 ? byte & 0x0f : byte >> 4;
+  return static_cast<std::uint8_t>(low4 | ((block.qh[l] >> j) & 1) << 4);
+}
+
 void dequantize_row_q6_k(const BlockQ6_K* in, float* y, std::size_t n) {
   for (std::size_t b = 0; b < n / kSuperBlock; ++b) {
     const float d = fp16_to_f32(in[b].d);

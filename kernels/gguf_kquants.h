@@ -1,8 +1,7 @@
 // GGUF "K-quant" super-block formats (256 weights per block), which most
 // published models use, with their scalar decoders and simple reference
-// encoders. Q4_K and Q6_K run natively (kernels/linear.h: Linear::from_q4_k,
-// from_q6_k repack them); Q5_K is still dequantized at load and
-// re-quantized to a native layout (engine/weights.h).
+// encoders. All three run natively (kernels/linear.h: Linear::from_q4_k,
+// from_q5_k and from_q6_k repack them).
 //
 //   Q4_K: fp16 d, fp16 dmin, 12 bytes of 6-bit sub-block scales/mins, 128 bytes of nibbles
 //         (144 B); sub-block j (32 weights) is w = d * sc_j * q - dmin * m_j, and
@@ -52,6 +51,9 @@ void k_scale_min(int j, const std::uint8_t* scales, std::uint8_t* sc, std::uint8
 // its low 4 bits in ql[64 half + 32 (k % 2) + l] (low nibble for k < 2) and
 // its top 2 in bits 2k, 2k + 1 of qh[32 half + l].
 std::uint8_t q6_k_value(const BlockQ6_K& block, std::size_t e);
+// Element e's unsigned 5-bit q (0..31) of a Q5_K block: sub-block j = e / 32
+// keeps its low 4 bits as Q4_K does and its fifth in bit j of qh[e % 32].
+std::uint8_t q5_k_value(const BlockQ5_K& block, std::size_t e);
 
 // n is a multiple of 256.
 void dequantize_row_q4_k(const BlockQ4_K* in, float* out, std::size_t n);

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -20,6 +21,8 @@ using internal::kQ4KDminOffset;
 using internal::kQ4KMinOffset;
 using internal::kQ4KScOffset;
 using internal::kQ4KSuperScaleBytes;
+using internal::kQ5BlockBytes;
+using internal::kQ5HighOffset;
 using internal::kQ6BlockBytes;
 using internal::kQ6HighOffset;
 using internal::kQ6KScOffset;
@@ -87,11 +90,13 @@ absl::StatusOr<Linear> Linear::allocate_packed(Format format, std::size_t n_out,
   const std::size_t blocks = n_in / kQuantGroup;
   const std::size_t block_bytes = format == Format::kQ8_0   ? kQ8BlockBytes
                                   : format == Format::kQ6_K ? kQ6BlockBytes
+                                  : format == Format::kQ5_K ? kQ5BlockBytes
                                                             : kQ4BlockBytes;
-  const std::size_t scale_bytes =
-      format == Format::kQ4_K   ? blocks / kBlocksPerSuper * kQ4KSuperScaleBytes
-      : format == Format::kQ6_K ? blocks / kBlocksPerSuper * kQ6KSuperScaleBytes
-                                : blocks * kScaleBytes;
+  const std::size_t scale_bytes = format == Format::kQ4_K || format == Format::kQ5_K
+                                      ? blocks / kBlocksPerSuper * kQ4KSuperScaleBytes
+                                  : format == Format::kQ6_K
+                                      ? blocks / kBlocksPerSuper * kQ6KSuperScaleBytes
+                                      : blocks * kScaleBytes;
   l.groups_ = (n_out + kGroupRows - 1) / kGroupRows;
   l.scales_offset_ = blocks * block_bytes;  // block_bytes is a multiple of 64
   l.group_stride_ = l.scales_offset_ + round_up(scale_bytes, 64);
@@ -154,38 +159,65 @@ absl::StatusOr<Linear> Linear::from_q4_0(const BlockQ4_0* w, std::size_t n_out, 
                      });
 }
 
-absl::StatusOr<Linear> Linear::from_q4_k(const BlockQ4_K* w, std::size_t n_out, std::size_t n_in) {
+// Q4_K and Q5_K: the same scales, mins and nibbles; Q5_K adds its fifth bits.
+template <typename Block>
+absl::StatusOr<Linear> Linear::pack_k_scaled(Format format, const Block* w, std::size_t n_out,
+                                             std::size_t n_in, const char* what) {
   HEARTH_RETURN_IF_ERROR(check_shape(n_out, n_in, true));
   if (n_in % kSuperBlock != 0)
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Linear::from_q4_k: n_in must be a multiple of 256 for Q4_K, got n_in=", n_in));
-  if (w == nullptr) return absl::InvalidArgumentError("Linear::from_q4_k: w is null");
-  HEARTH_ASSIGN_OR_RETURN(auto l, allocate_packed(Format::kQ4_K, n_out, n_in));
+    return absl::InvalidArgumentError(absl::StrCat("Linear::", what,
+                                                   ": n_in must be a multiple of 256 for "
+                                                   "K-quants, got n_in=",
+                                                   n_in));
+  if (w == nullptr)
+    return absl::InvalidArgumentError(absl::StrCat("Linear::", what, ": w is null"));
+  HEARTH_ASSIGN_OR_RETURN(auto l, allocate_packed(format, n_out, n_in));
+  constexpr bool kFive = std::is_same_v<Block, BlockQ5_K>;
+  const std::size_t block_bytes = kFive ? kQ5BlockBytes : kQ4BlockBytes;
   const std::size_t supers = n_in / kSuperBlock;
   for (std::size_t row = 0; row < n_out; ++row) {
     const std::size_t r = row % kGroupRows;
     std::uint8_t* group = l.packed_.get() + row / kGroupRows * l.group_stride_;
     for (std::size_t s = 0; s < supers; ++s) {
-      const BlockQ4_K& src = w[row * supers + s];
+      const Block& src = w[row * supers + s];
       std::uint8_t* scales = group + l.scales_offset_ + s * kQ4KSuperScaleBytes;
       std::memcpy(scales + 2 * r, &src.d, 2);
       std::memcpy(scales + kQ4KDminOffset + 2 * r, &src.dmin, 2);
       for (std::size_t j = 0; j < kBlocksPerSuper; ++j) {
         k_scale_min(static_cast<int>(j), src.scales, &scales[kQ4KScOffset + kGroupRows * j + r],
                     &scales[kQ4KMinOffset + kGroupRows * j + r]);
-        // Sub-block j's q: the low (even j) or high (odd j) nibbles of
-        // qs[32 (j / 2) ..]; stored in Q4_0's pairing (byte i: q[i] | q[i + 16] << 4).
-        const std::uint8_t* qs = src.qs + 32 * (j / 2);
-        const int shift = j % 2 == 0 ? 0 : 4;
-        auto q = [&](std::size_t i) { return static_cast<std::uint8_t>((qs[i] >> shift) & 0x0f); };
-        std::uint8_t* dst = group + (s * kBlocksPerSuper + j) * kQ4BlockBytes + r * 4;
-        for (std::size_t c = 0; c < 4; ++c)
-          for (std::size_t k = 0; k < 4; ++k)
-            dst[c * 64 + k] = static_cast<std::uint8_t>(q(4 * c + k) | q(16 + 4 * c + k) << 4);
+        // Sub-block j's q, stored in Q4_0's pairing (byte i: q[i] | q[i + 16]
+        // << 4) and, for Q5_K, their fifth bits (kernels/linear_impl.h).
+        auto q = [&](std::size_t i) -> std::uint8_t {
+          if constexpr (kFive) {
+            return q5_k_value(src, 32 * j + i);
+          } else {
+            const std::uint8_t byte = src.qs[32 * (j / 2) + i];
+            return j % 2 == 0 ? byte & 0x0f : byte >> 4;
+          }
+        };
+        std::uint8_t* dst = group + (s * kBlocksPerSuper + j) * block_bytes + r * 4;
+        for (std::size_t k = 0; k < 4; ++k) {
+          std::uint8_t fifth = 0;
+          for (std::size_t c = 0; c < 4; ++c) {
+            const std::uint8_t lo = q(4 * c + k), hi = q(16 + 4 * c + k);
+            dst[c * 64 + k] = static_cast<std::uint8_t>((lo & 0x0f) | (hi & 0x0f) << 4);
+            fifth |= static_cast<std::uint8_t>((lo >> 4) << c | (hi >> 4) << (4 + c));
+          }
+          if constexpr (kFive) dst[kQ5HighOffset + k] = fifth;
+        }
       }
     }
   }
   return l;
+}
+
+absl::StatusOr<Linear> Linear::from_q4_k(const BlockQ4_K* w, std::size_t n_out, std::size_t n_in) {
+  return pack_k_scaled(Format::kQ4_K, w, n_out, n_in, "from_q4_k");
+}
+
+absl::StatusOr<Linear> Linear::from_q5_k(const BlockQ5_K* w, std::size_t n_out, std::size_t n_in) {
+  return pack_k_scaled(Format::kQ5_K, w, n_out, n_in, "from_q5_k");
 }
 
 absl::StatusOr<Linear> Linear::from_q6_k(const BlockQ6_K* w, std::size_t n_out, std::size_t n_in) {
@@ -399,8 +431,8 @@ absl::Status Linear::quantize_input(const float* x, std::size_t m, MemoryAllocat
 
   const std::int32_t bias_c = format_ == Format::kQ8_0   ? internal::kQ8Bias
                               : format_ == Format::kQ4_0 ? internal::kQ4Bias
-                              : format_ == Format::kQ4_K ? internal::kQ4KBias
-                                                         : internal::kQ6KBias;
+                              : format_ == Format::kQ6_K ? internal::kQ6KBias
+                                                         : internal::kQ4KBias;
   const std::size_t threads = pool != nullptr ? pool->threads() : 1;
   if (threads > 1 && m > 1 && m * n_in_ >= kMinParallelQuantize) {
     pool->parallel_for(m, 1,
@@ -416,6 +448,7 @@ internal::MatmulFn Linear::matmul_fn(bool per_token) const {
   if (format_ == Format::kQ8_0) return per_token ? k.q8_0_per_token : k.q8_0_per_group;
   if (format_ == Format::kQ4_0) return per_token ? k.q4_0_per_token : k.q4_0_per_group;
   if (format_ == Format::kQ4_K) return per_token ? k.q4_k_per_token : k.q4_k_per_group;
+  if (format_ == Format::kQ5_K) return per_token ? k.q5_k_per_token : k.q5_k_per_group;
   return per_token ? k.q6_k_per_token : k.q6_k_per_group;
 }
 

@@ -1,4 +1,4 @@
-// Linear layers: y = x W^T, for weights in GGUF Q8_0, Q4_0, Q4_K or Q6_K blocks (integer
+// Linear layers: y = x W^T, for weights in GGUF Q8_0, Q4_0, Q4_K, Q5_K or Q6_K blocks (integer
 // dot products on activations quantized to int8 on the fly) or in float
 // (through XNNPACK).
 //
@@ -20,7 +20,7 @@
 // in order, in float:
 //   kPerGroup32: acc = fma(float(dot_b), d_w[b] * d_x[b], acc);  y = acc
 //   kPerToken:   acc = fma(float(dot_b), d_w[b], acc);            y = acc * d_x
-// Q4_K (super-blocks of 8 blocks: w = d * sc_b * q - dmin * m_b, q unsigned)
+// Q4_K and Q5_K (super-blocks of 8 blocks: w = d * sc_b * q - dmin * m_b, q unsigned)
 // takes d_w[b] = d * sc_b (exact in float) and adds its block's mins right
 // after, with s_b = -sum(q_x of block b):
 //   kPerGroup32: acc = fma(dmin * m_b, d_x[b] * s_b, acc)
@@ -65,7 +65,8 @@
 // d and dmin (fp16) and 8-bit sub-block scales and mins per row.
 // Bytes read per weight: 1.0625 (Q8_0), 0.5625 (Q4_0), as in the GGUF file;
 // 0.578 (Q4_K, 1.028x the file's 0.5625: the 6-bit scales and mins are
-// stored as bytes); 0.820 (Q6_K, as in the file: 4-bit nibbles, 2-bit tops).
+// stored as bytes); 0.703 (Q5_K, 1.023x the file's 0.688); 0.820 (Q6_K, as in
+// the file: 4-bit nibbles, 2-bit tops).
 #pragma once
 
 #include <cstddef>
@@ -96,7 +97,7 @@ struct AlignedFree {
 
 class Linear {
  public:
-  enum class Format { kF32, kQ8_0, kQ4_0, kQ4_K, kQ6_K };
+  enum class Format { kF32, kQ8_0, kQ4_0, kQ4_K, kQ5_K, kQ6_K };
   // How activations are quantized to int8 on the quantized path (ignored by
   // the float path): one scale per 32 inputs, or one per token.
   enum class ActivationQuant { kPerGroup32, kPerToken };
@@ -112,9 +113,11 @@ class Linear {
   // buffer may be freed on return.
   static absl::StatusOr<Linear> from_q8_0(const BlockQ8_0* w, std::size_t n_out, std::size_t n_in);
   static absl::StatusOr<Linear> from_q4_0(const BlockQ4_0* w, std::size_t n_out, std::size_t n_in);
-  // GGUF Q4_K / Q6_K super-blocks, row-major (n_in / 256 per row); n_in must
-  // be a multiple of 256. Packed without loss: the same q, scales and mins.
+  // GGUF Q4_K / Q5_K / Q6_K super-blocks, row-major (n_in / 256 per row);
+  // n_in must be a multiple of 256. Packed without loss: the same q, scales
+  // and mins.
   static absl::StatusOr<Linear> from_q4_k(const BlockQ4_K* w, std::size_t n_out, std::size_t n_in);
+  static absl::StatusOr<Linear> from_q5_k(const BlockQ5_K* w, std::size_t n_out, std::size_t n_in);
   static absl::StatusOr<Linear> from_q6_k(const BlockQ6_K* w, std::size_t n_out, std::size_t n_in);
 
   Linear(Linear&&) noexcept;
@@ -168,6 +171,9 @@ class Linear {
  private:
   Linear() = default;
   static absl::StatusOr<Linear> allocate_packed(Format format, std::size_t n_out, std::size_t n_in);
+  template <typename Block>
+  static absl::StatusOr<Linear> pack_k_scaled(Format format, const Block* w, std::size_t n_out,
+                                              std::size_t n_in, const char* what);
   template <typename Block, typename Place>
   static absl::StatusOr<Linear> pack_blocks(Format format, const Block* w, std::size_t n_out,
                                             std::size_t n_in, const char* what, Place place);

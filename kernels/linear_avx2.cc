@@ -195,7 +195,7 @@ void run(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0, 
 using enum WeightFormat;
 const LinearKernels kLinearAvx2 = {kTileTokensAvx2,   quantize_activations_avx2, run<kQ8_0, false>,
                                    run<kQ8_0, true>,  run<kQ4_0, false>,         run<kQ4_0, true>,
-                                   run<kQ4_K, false>, run<kQ4_K, true>,          run<kQ6_K, false>,
-                                   run<kQ6_K, true>};
+                                   run<kQ4_K, false>, run<kQ4_K, true>,          run<kQ5_K, false>,
+                                   run<kQ5_K, true>,  run<kQ6_K, false>,         run<kQ6_K, true>};
 
 }  // namespace hearth::kernels::internal

@@ -70,6 +70,7 @@ const LinearKernels kLinearAvx512Vnni = {kTileTokensAvx512Vnni, quantize_activat
                                          run<kQ8_0, false>,     run<kQ8_0, true>,
                                          run<kQ4_0, false>,     run<kQ4_0, true>,
                                          run<kQ4_K, false>,     run<kQ4_K, true>,
+                                         run<kQ5_K, false>,     run<kQ5_K, true>,
                                          run<kQ6_K, false>,     run<kQ6_K, true>};
 
 }  // namespace hearth::kernels::internal

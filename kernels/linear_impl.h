@@ -42,7 +42,7 @@ inline constexpr std::int32_t kQ4KBias = 1;
 
 // The integer formats of the packed layout, as template arguments of the
 // per-ISA matmuls.
-enum class WeightFormat { kQ8_0, kQ4_0, kQ4_K, kQ6_K };
+enum class WeightFormat { kQ8_0, kQ4_0, kQ4_K, kQ5_K, kQ6_K };
 
 // Q4_K (super-blocks of 256 inputs = 8 blocks): the blocks' nibbles are laid
 // out as Q4_0's (kQ4BlockBytes per block, the sub-block's q in GGUF Q4_0's
@@ -57,6 +57,13 @@ inline constexpr std::size_t kQ4KSuperScaleBytes = 320;
 inline constexpr std::size_t kQ4KDminOffset = 32;
 inline constexpr std::size_t kQ4KScOffset = 64;
 inline constexpr std::size_t kQ4KMinOffset = 192;
+
+// Q5_K: as Q4_K (scales, mins, kQ4KBias), its q 5 bits wide: a block's
+// nibbles (kQ4BlockBytes) are followed at +kQ5HighOffset by their fifth bits,
+// byte r * 4 + k of row r holding input 4c + k's at bit c and input
+// 16 + 4c + k's at bit 4 + c.
+inline constexpr std::size_t kQ5BlockBytes = 320;
+inline constexpr std::size_t kQ5HighOffset = 256;
 
 // Q6_K (super-blocks of 256 inputs, a signed 8-bit scale per 16): a block of
 // 32 inputs keeps its unsigned 6-bit q (w = d * sc * (q - 32)) as Q4_0-style
@@ -163,6 +170,7 @@ struct LinearKernels {
   MatmulFn q8_0_per_group, q8_0_per_token;
   MatmulFn q4_0_per_group, q4_0_per_token;
   MatmulFn q4_k_per_group, q4_k_per_token;
+  MatmulFn q5_k_per_group, q5_k_per_token;
   MatmulFn q6_k_per_group, q6_k_per_token;
 };
 extern const LinearKernels kLinearScalar;

@@ -23,8 +23,9 @@ template <WeightFormat kF>
 void matmul(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0, std::size_t g1,
             std::size_t t0, std::size_t t1, float* y, std::size_t ldy) {
   constexpr bool kNibbles = kF != WeightFormat::kQ8_0;
-  constexpr bool kSuper = kF == WeightFormat::kQ4_K;
-  const std::size_t block_bytes = kNibbles ? kQ4BlockBytes : kQ8BlockBytes;
+  constexpr bool kFive = kF == WeightFormat::kQ5_K;
+  constexpr bool kSuper = kF == WeightFormat::kQ4_K || kFive;
+  const std::size_t block_bytes = kFive ? kQ5BlockBytes : kNibbles ? kQ4BlockBytes : kQ8BlockBytes;
   for (std::size_t g = g0; g < g1; ++g) {
     const std::uint8_t* group = w.data + g * w.group_stride;
     const std::uint8_t* scales = group + w.scales_offset;
@@ -47,8 +48,11 @@ void matmul(const PackedWeights& w, const QuantizedActivations& a, std::size_t g
             for (std::size_t r = 0; r < kGroupRows; ++r)
               for (std::size_t j = 0; j < 4; ++j) {
                 const std::uint8_t byte = wb[c * 64 + r * 4 + j];
-                dot[r] += static_cast<std::int32_t>(byte & 0x0f) * x(4 * c + j) +
-                          static_cast<std::int32_t>(byte >> 4) * x(16 + 4 * c + j);
+                // Q5_K: the fifth bits, inputs 4c + j at bit c, 16 + 4c + j at 4 + c.
+                const int top = kFive ? wb[kQ5HighOffset + r * 4 + j] : 0;
+                const int lo = (byte & 0x0f) | ((top >> c) & 1) << 4;
+                const int hi = (byte >> 4) | ((top >> (4 + c)) & 1) << 4;
+                dot[r] += lo * x(4 * c + j) + hi * x(16 + 4 * c + j);
               }
         } else {
           for (std::size_t s = 0; s < 8; ++s)
@@ -151,6 +155,7 @@ const LinearKernels kLinearScalar = {kTileTokensScalar, quantize_activations_sca
                                      matmul<kQ8_0>,     matmul<kQ8_0>,
                                      matmul<kQ4_0>,     matmul<kQ4_0>,
                                      matmul<kQ4_K>,     matmul<kQ4_K>,
+                                     matmul<kQ5_K>,     matmul<kQ5_K>,
                                      matmul_q6_k,       matmul_q6_k};
 
 }  // namespace hearth::kernels::internal

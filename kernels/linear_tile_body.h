@@ -36,7 +36,7 @@ template <WeightFormat kF>
 inline __attribute__((always_inline)) void unit_scales(const std::uint8_t* group_sp, int u,
                                                        std::size_t b, Vec& dw, Vec& dmin) {
   const std::size_t f16 = 2 * kLanes * u;
-  if constexpr (kF == WeightFormat::kQ4_K) {
+  if constexpr (kF == WeightFormat::kQ4_K || kF == WeightFormat::kQ5_K) {
     const std::size_t sc = kGroupRows * (b % kBlocksPerSuper) + kLanes * u;
     dw = mul(load_f16_aligned(group_sp + f16), load_u8(group_sp + kQ4KScOffset + sc));
     dmin = mul(load_f16_aligned(group_sp + kQ4KDminOffset + f16),
@@ -49,7 +49,7 @@ inline __attribute__((always_inline)) void unit_scales(const std::uint8_t* group
 // Where block b + 1's scales start, given block b's.
 template <WeightFormat kF>
 inline const std::uint8_t* next_scales(const std::uint8_t* sp, std::size_t b) {
-  if constexpr (kF == WeightFormat::kQ4_K)
+  if constexpr (kF == WeightFormat::kQ4_K || kF == WeightFormat::kQ5_K)
     return (b + 1) % kBlocksPerSuper == 0 ? sp + kQ4KSuperScaleBytes : sp;
   return sp + kScaleBytes;
 }
@@ -222,12 +222,64 @@ void tile_blocks(const PackedWeights& w, const QuantizedActivations& a, std::siz
   store_tile<G, T, kPerToken>(facc, w.n_out, g, dp, y + first * ldy, ldy);
 }
 
-// Q6_K: row groups [g, g + G) x tokens [j0, j0 + T) of token tile `tile`, as
-// tile() (same walk, same epilogue). Each block is two sub-blocks of 16 (the
-// low and the high nibbles of the Q4_0-style pairing), each with its own
-// int32 dot product, -32 offset and scale.
-template <int G, int T, bool kPerToken, std::size_t kWidth>
-void tile_q6_k(const PackedWeights& w, const QuantizedActivations& a, std::size_t g,
+// Q5_K's q of 4 inputs x kLanes rows at step c (0..3): the nibbles with bit
+// c (low half, kHigh false) or 4 + c (high half) of `top` as their bit 4.
+template <int C, bool kHigh>
+inline __attribute__((always_inline)) IVec five_bits(IVec nibbles, IVec top) {
+  IVec bit;
+  if constexpr (kHigh && C == 0) {
+    bit = top;
+  } else if constexpr (kHigh) {
+    bit = shift_right_16<C>(top);
+  } else {
+    bit = shift_left_16<4 - C>(top);
+  }
+  return or_bits(nibbles, and_bytes(bit, 0x10));
+}
+
+// Q6_K's end of block b: each half's dot product less 32 times its codes'
+// sum (kQ6KBias: bias = -(low + high)), times its sub-block's d * sc.
+template <int G, int T, bool kPerToken>
+inline __attribute__((always_inline)) void finish_q6_k(
+    const IVec (&lo_acc)[G * static_cast<int>(kGroupRows / kLanes)][T],
+    const IVec (&hi_acc)[G * static_cast<int>(kGroupRows / kLanes)][T], const std::uint8_t* sp,
+    std::size_t gs, std::size_t b, const std::int32_t* bp, const std::int32_t* lp, const float* dp,
+    Vec (&facc)[G * static_cast<int>(kGroupRows / kLanes)][T]) {
+  constexpr int kUnits = static_cast<int>(kGroupRows / kLanes);
+  const std::size_t sub = 2 * (b % kBlocksPerSuper);  // the low half's sub-block of 16
+#pragma GCC unroll 8
+  for (int h = 0; h < G * kUnits; ++h) {
+    const std::uint8_t* unit_sp = sp + (h / kUnits) * gs;
+    const std::size_t u = static_cast<std::size_t>(h % kUnits);
+    const Vec d = load_f16_aligned(unit_sp + 2 * kLanes * u);
+    const auto* sc = reinterpret_cast<const std::int8_t*>(unit_sp + kQ6KScOffset + kLanes * u);
+    const Vec d_lo = mul(d, load_i8(sc + kGroupRows * sub));
+    const Vec d_hi = mul(d, load_i8(sc + kGroupRows * (sub + 1)));
+#pragma GCC unroll 8
+    for (int j = 0; j < T; ++j) {
+      const Vec f_lo = to_float(add_int(lo_acc[h][j], set1_int(-32 * lp[j])));
+      const Vec f_hi = to_float(add_int(hi_acc[h][j], set1_int(32 * (bp[j] + lp[j]))));
+      if constexpr (kPerToken) {
+        facc[h][j] = fmadd(f_lo, d_lo, facc[h][j]);
+        facc[h][j] = fmadd(f_hi, d_hi, facc[h][j]);
+      } else {
+        const Vec dx = set1(dp[j]);
+        facc[h][j] = fmadd(f_lo, mul(d_lo, dx), facc[h][j]);
+        facc[h][j] = fmadd(f_hi, mul(d_hi, dx), facc[h][j]);
+      }
+    }
+  }
+}
+
+// Q5_K and Q6_K: row groups [g, g + G) x tokens [j0, j0 + T) of token tile
+// `tile`, as tile_blocks() (same walk, same epilogue), for q wider than a
+// nibble: the low and the high nibbles of the Q4_0-style pairing (inputs
+// 0..15 and 16..31) get their top bits from the block's planes and their own
+// int32 sums, widened every two steps. Q6_K's halves are sub-blocks, each
+// with its -32 offset and scale; Q5_K adds them and takes Q4_K's scales and
+// mins.
+template <int G, int T, WeightFormat kF, bool kPerToken, std::size_t kWidth>
+void tile_wide(const PackedWeights& w, const QuantizedActivations& a, std::size_t g,
                std::size_t tile, std::size_t j0, std::size_t width, float* y, std::size_t ldy,
                const std::uint8_t* pf, std::size_t pf_lines) {
   constexpr int kUnits = static_cast<int>(kGroupRows / kLanes);
@@ -244,6 +296,8 @@ void tile_q6_k(const PackedWeights& w, const QuantizedActivations& a, std::size_
   const std::int32_t* lp = a.low_sum + tile_first * a.blocks + j0;
   const float* dp = a.d + (kPerToken ? first : tile_first * a.blocks + j0);
   auto unit_bytes = [&](int h) { return (h / kUnits) * gs + kUnitBytes * (h % kUnits); };
+  constexpr bool kSix = kF == WeightFormat::kQ6_K;
+  constexpr std::size_t kBlockBytes = kSix ? kQ6BlockBytes : kQ5BlockBytes;
   Vec facc[H][T];
 #pragma GCC unroll 8
   for (int h = 0; h < H; ++h)
@@ -267,12 +321,20 @@ void tile_q6_k(const PackedWeights& w, const QuantizedActivations& a, std::size_
       for (int h = 0; h < H; ++h) {
         const std::uint8_t* u = wp + unit_bytes(h);
         const IVec raw0 = load_aligned(u + 64 * C), raw1 = load_aligned(u + 64 * (C + 1));
-        const IVec top_lo = load_aligned(u + kQ6HighOffset);
-        const IVec top_hi = load_aligned(u + kQ6HighOffset + 64);
-        lo0[h] = six_bits<C>(low_nibbles(raw0), top_lo);
-        lo1[h] = six_bits<C + 1>(low_nibbles(raw1), top_lo);
-        hi0[h] = six_bits<C>(high_nibbles(raw0), top_hi);
-        hi1[h] = six_bits<C + 1>(high_nibbles(raw1), top_hi);
+        if constexpr (kSix) {
+          const IVec top_lo = load_aligned(u + kQ6HighOffset);
+          const IVec top_hi = load_aligned(u + kQ6HighOffset + 64);
+          lo0[h] = six_bits<C>(low_nibbles(raw0), top_lo);
+          lo1[h] = six_bits<C + 1>(low_nibbles(raw1), top_lo);
+          hi0[h] = six_bits<C>(high_nibbles(raw0), top_hi);
+          hi1[h] = six_bits<C + 1>(high_nibbles(raw1), top_hi);
+        } else {
+          const IVec top = load_aligned(u + kQ5HighOffset);
+          lo0[h] = five_bits<C, false>(low_nibbles(raw0), top);
+          lo1[h] = five_bits<C + 1, false>(low_nibbles(raw1), top);
+          hi0[h] = five_bits<C, true>(high_nibbles(raw0), top);
+          hi1[h] = five_bits<C + 1, true>(high_nibbles(raw1), top);
+        }
       }
 #pragma GCC unroll 8
       for (int j = 0; j < T; ++j) {
@@ -289,34 +351,27 @@ void tile_q6_k(const PackedWeights& w, const QuantizedActivations& a, std::size_
     };
     steps.template operator()<0>();
     steps.template operator()<2>();
-    const std::size_t sub = 2 * (b % kBlocksPerSuper);  // the low half's sub-block of 16
+    if constexpr (kSix) {
+      finish_q6_k<G, T, kPerToken>(lo_acc, hi_acc, sp, gs, b, bp, lp, dp, facc);
+    } else {
+      [[maybe_unused]] float xmin[T];
 #pragma GCC unroll 8
-    for (int h = 0; h < H; ++h) {
-      const std::uint8_t* unit_sp = sp + (h / kUnits) * gs;
-      const std::size_t u = static_cast<std::size_t>(h % kUnits);
-      const Vec d = load_f16_aligned(unit_sp + 2 * kLanes * u);
-      const std::uint8_t* sc = unit_sp + kQ6KScOffset + kLanes * u;
-      const Vec d_lo = mul(d, load_i8(reinterpret_cast<const std::int8_t*>(sc) + kGroupRows * sub));
-      const Vec d_hi =
-          mul(d, load_i8(reinterpret_cast<const std::int8_t*>(sc) + kGroupRows * (sub + 1)));
+      for (int j = 0; j < T; ++j) xmin[j] = token_min<kPerToken>(dp[j], bp[j]);
 #pragma GCC unroll 8
-      for (int j = 0; j < T; ++j) {
-        // The -32 offsets: -32 times the sums of the halves' codes (kQ6KBias:
-        // bias = -(low + high)).
-        const Vec f_lo = to_float(add_int(lo_acc[h][j], set1_int(-32 * lp[j])));
-        const Vec f_hi = to_float(add_int(hi_acc[h][j], set1_int(32 * (bp[j] + lp[j]))));
-        if constexpr (kPerToken) {
-          facc[h][j] = fmadd(f_lo, d_lo, facc[h][j]);
-          facc[h][j] = fmadd(f_hi, d_hi, facc[h][j]);
-        } else {
-          const Vec dx = set1(dp[j]);
-          facc[h][j] = fmadd(f_lo, mul(d_lo, dx), facc[h][j]);
-          facc[h][j] = fmadd(f_hi, mul(d_hi, dx), facc[h][j]);
+      for (int h = 0; h < H; ++h) {
+        Vec dw, dmin;
+        unit_scales<kF>(sp + (h / kUnits) * gs, h % kUnits, b, dw, dmin);
+#pragma GCC unroll 8
+        for (int j = 0; j < T; ++j) {
+          const Vec fdot = to_float(add_int(lo_acc[h][j], hi_acc[h][j]));
+          facc[h][j] = kPerToken ? fmadd(fdot, dw, facc[h][j])
+                                 : fmadd(fdot, mul(dw, set1(dp[j])), facc[h][j]);
+          facc[h][j] = fmadd(dmin, set1(xmin[j]), facc[h][j]);
         }
       }
     }
-    wp += kQ6BlockBytes;
-    if ((b + 1) % kBlocksPerSuper == 0) sp += kQ6KSuperScaleBytes;
+    wp += kBlockBytes;
+    if ((b + 1) % kBlocksPerSuper == 0) sp += kSix ? kQ6KSuperScaleBytes : kQ4KSuperScaleBytes;
     xp += 4 * n * 8;
     bp += n;
     lp += n;
@@ -330,8 +385,8 @@ template <int G, int T, WeightFormat kF, bool kPerToken, std::size_t kWidth = 0>
 void tile(const PackedWeights& w, const QuantizedActivations& a, std::size_t g, std::size_t tile,
           std::size_t j0, std::size_t width, float* y, std::size_t ldy,
           const std::uint8_t* pf = nullptr, std::size_t pf_lines = 0) {
-  if constexpr (kF == WeightFormat::kQ6_K) {
-    tile_q6_k<G, T, kPerToken, kWidth>(w, a, g, tile, j0, width, y, ldy, pf, pf_lines);
+  if constexpr (kF == WeightFormat::kQ5_K || kF == WeightFormat::kQ6_K) {
+    tile_wide<G, T, kF, kPerToken, kWidth>(w, a, g, tile, j0, width, y, ldy, pf, pf_lines);
   } else {
     tile_blocks<G, T, kF, kPerToken, kWidth>(w, a, g, tile, j0, width, y, ldy, pf, pf_lines);
   }

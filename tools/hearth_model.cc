@@ -4,7 +4,8 @@
 //   hearth-model tokenize FILE [--bos|--no-bos] [--parse-special|--no-parse-special] < text
 //   hearth-model quantize IN OUT --type q8_0|q4_0
 //   hearth-model synth OUT [--dim N --layers N --heads N --kv-heads N --ffn N --vocab N --context N
-//                           --type f32|f16|q8_0|q4_0|q4_k|q4_k_m|q6_k --seed N --name TEXT]
+//                           --type f32|f16|q8_0|q4_0|q4_k|q4_k_m|q5_k|q5_k_m|q6_k --seed N --name
+//                           TEXT]
 #include <cstdio>
 #include <cstring>
 #include <iostream>
@@ -40,7 +41,7 @@ constexpr const char* kUsage = R"(usage:
                                          not a multiple of 32 stay as they are; 1-D tensors stay F32
   hearth-model synth OUT [--dim 256 --layers 4 --heads 8 --kv-heads 8 --ffn 704 --vocab 4096
                           --context 2048 --type q8_0 --seed 1 --name TEXT]
-                                         (--type f32, f16, q8_0, q4_0, q4_k, q4_k_m or q6_k)
+                                         (--type f32, f16, q8_0, q4_0, q4_k[_m], q5_k[_m] or q6_k)
                                          a deterministic synthetic llama model
 )";
 
@@ -248,12 +249,15 @@ int synth(int argc, char** argv) {
     s.weight_type = GgmlType::kQ4_K;
   } else if (type == "q4_k_m") {
     s.weight_type = GgmlType::kQ4_K;
-    s.q4_k_m = true;
+    s.medium_mix = true;
+  } else if (type == "q5_k" || type == "q5_k_m") {
+    s.weight_type = GgmlType::kQ5_K;
+    s.medium_mix = type == "q5_k_m";
   } else if (type == "q6_k") {
     s.weight_type = GgmlType::kQ6_K;
   } else {
     return fail("hearth-model synth: --type: '" + type +
-                "' is not f32, f16, q8_0, q4_0, q4_k, q4_k_m or q6_k");
+                "' is not f32, f16, q8_0, q4_0, q4_k, q4_k_m, q5_k, q5_k_m or q6_k");
   }
   auto bytes = engine::synthesize_model(s);
   if (!bytes.ok()) return fail("hearth-model synth: " + std::string(bytes.status().message()));

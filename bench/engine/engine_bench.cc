@@ -8,8 +8,8 @@
 // embedding row and the KV cache read at the measured context. Shapes:
 //   (a) 768 wide, 12 layers, 12 heads, FFN 2048, vocab 32000
 //   (b) the TinyLlama 1.1B shape: 2048 wide, 22 layers, 32 heads, 4 KV heads, FFN 5632, vocab 32000
-// each in Q8_0 and Q4_0, and (b) also in Q4_K, Q4_K_M (Q4_K with Q6_K where
-// llama.cpp puts it) and Q6_K, on 1 and 2 threads; prefill of a 128-token prompt.
+// each in Q8_0 and Q4_0, and (b) also in Q4_K, Q4_K_M and Q5_K_M (with Q6_K
+// where llama.cpp puts it) and Q6_K, on 1 and 2 threads; prefill of a 128-token prompt.
 //
 // Each model runs 5 times (prefill, then 64 decode tokens); the streaming
 // bandwidth is measured again just before each decode, so every ratio
@@ -59,15 +59,15 @@ struct Loaded {
   std::shared_ptr<const engine::ModelWeights> weights;
 };
 
-// The weights' name: the type, or Q4_K_M for Q4_K mixed with Q6_K as
+// The weights' name: the type, with _M for Q4_K or Q5_K mixed with Q6_K as
 // llama.cpp's quantizer mixes them.
-std::string weights_name(GgmlType type, bool q4_k_m) {
-  return q4_k_m ? "Q4_K_M" : engine::ggml_type_name(type);
+std::string weights_name(GgmlType type, bool medium_mix) {
+  return engine::ggml_type_name(type) + (medium_mix ? "_M" : "");
 }
 
-Loaded& model(const Shape& s, GgmlType type, bool q4_k_m) {
+Loaded& model(const Shape& s, GgmlType type, bool medium_mix) {
   static std::map<std::string, std::unique_ptr<Loaded>> cache;
-  const std::string key = std::string(s.name) + "/" + weights_name(type, q4_k_m);
+  const std::string key = std::string(s.name) + "/" + weights_name(type, medium_mix);
   auto& slot = cache[key];
   if (slot) return *slot;
   slot = std::make_unique<Loaded>();
@@ -81,13 +81,13 @@ Loaded& model(const Shape& s, GgmlType type, bool q4_k_m) {
   spec.n_vocab = s.vocab;
   spec.context_length = 2048;
   spec.weight_type = type;
-  spec.q4_k_m = q4_k_m;
+  spec.medium_mix = medium_mix;
   auto bytes = engine::synthesize_model(spec);
   if (!bytes.ok()) std::abort();
   slot->bytes = std::move(*bytes);
   if (const char* dir = std::getenv("HEARTH_WRITE_MODELS_TO")) {
     const auto path = std::filesystem::path(dir) /
-                      (std::string(s.name) + "-" + weights_name(type, q4_k_m) + ".gguf");
+                      (std::string(s.name) + "-" + weights_name(type, medium_mix) + ".gguf");
     std::ofstream(path, std::ios::binary)
         .write(slot->bytes.data(), static_cast<std::streamsize>(slot->bytes.size()));
   }
@@ -110,9 +110,9 @@ double median(std::vector<double> v) {
   return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
 }
 
-void BM_Model(benchmark::State& state, const Shape& shape, GgmlType type, bool q4_k_m = false) {
+void BM_Model(benchmark::State& state, const Shape& shape, GgmlType type, bool medium_mix = false) {
   const auto threads = static_cast<std::size_t>(state.range(0));
-  Loaded& m = model(shape, type, q4_k_m);
+  Loaded& m = model(shape, type, medium_mix);
   engine::ModuleOptions o;
   o.context_length = kPromptTokens + kDecodeTokens + 8;
   o.max_chunk = kPromptTokens;
@@ -175,7 +175,7 @@ void BM_Model(benchmark::State& state, const Shape& shape, GgmlType type, bool q
                 "%.0f-%.0f%%; %.2f GB/token)",
                 prefill, decode, 100 * roofline, rooflines.size(), 100 * *lo, 100 * *hi,
                 bytes_per_token / 1e9);
-  summary(std::string("model ") + shape.name + " " + weights_name(type, q4_k_m),
+  summary(std::string("model ") + shape.name + " " + weights_name(type, medium_mix),
           std::to_string(threads) + " thread" + (threads == 1 ? "" : "s"), fig);
 }
 
@@ -210,6 +210,12 @@ BENCHMARK_CAPTURE(BM_Model, b_q4_k, kShapeB, GgmlType::kQ4_K)
     ->UseManualTime()
     ->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(BM_Model, b_q4_k_m, kShapeB, GgmlType::kQ4_K, true)
+    ->Arg(1)
+    ->Arg(2)
+    ->Iterations(5)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(BM_Model, b_q5_k_m, kShapeB, GgmlType::kQ5_K, true)
     ->Arg(1)
     ->Arg(2)
     ->Iterations(5)

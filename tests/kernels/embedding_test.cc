@@ -24,7 +24,7 @@ namespace hearth::kernels {
 namespace {
 
 const DType kTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,
-                        DType::kQ4_0, DType::kQ4_K, DType::kQ6_K};
+                        DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
 
 // A [vocab][dim] table of `type` from random floats, built byte by byte.
 std::vector<std::uint8_t> make_table(DType type, std::size_t vocab, std::size_t dim,
@@ -63,6 +63,9 @@ std::vector<std::uint8_t> make_table(DType type, std::size_t vocab, std::size_t 
         break;
       case DType::kQ4_K:
         quantize_row_q4_k(x, reinterpret_cast<BlockQ4_K*>(row), dim);
+        break;
+      case DType::kQ5_K:
+        quantize_row_q5_k(x, reinterpret_cast<BlockQ5_K*>(row), dim);
         break;
       case DType::kQ6_K:
         quantize_row_q6_k(x, reinterpret_cast<BlockQ6_K*>(row), dim);
@@ -107,6 +110,8 @@ float naive_element(const std::vector<std::uint8_t>& t, DType type, std::size_t 
     }
     case DType::kQ4_K:
       return testing::q4_k_value(reinterpret_cast<const BlockQ4_K*>(row)[i / 256], i % 256);
+    case DType::kQ5_K:
+      return testing::q5_k_value(reinterpret_cast<const BlockQ5_K*>(row)[i / 256], i % 256);
     case DType::kQ6_K:
       return testing::q6_k_value(reinterpret_cast<const BlockQ6_K*>(row)[i / 256], i % 256);
   }
@@ -117,7 +122,7 @@ bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
 std::vector<std::size_t> dims_for(DType type) {
   if (type == DType::kQ8_0 || type == DType::kQ4_0) return {32, 96, 4096};
-  if (type == DType::kQ4_K || type == DType::kQ6_K) return {256, 768, 4096};
+  if (type == DType::kQ4_K || type == DType::kQ5_K || type == DType::kQ6_K) return {256, 768, 4096};
   return {1, 7, 33, 100, 4097};
 }
 
@@ -170,7 +175,7 @@ TEST(Embedding, InvalidArgumentsAreReported) {
             absl::StatusCode::kInvalidArgument);  // 48 is not a multiple of 32
   EXPECT_EQ(embedding_lookup(table.data(), DType::kQ4_0, 4, 0, ids, 1, out.data()).code(),
             absl::StatusCode::kInvalidArgument);
-  for (DType k_quant : {DType::kQ4_K, DType::kQ6_K}) {  // 64 is not a multiple of 256
+  for (DType k_quant : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {  // 64 is not a multiple of 256
     const absl::Status s = embedding_lookup(table.data(), k_quant, 4, 64, ids, 1, out.data());
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_NE(s.message().find("multiple of 256"), std::string::npos) << s;

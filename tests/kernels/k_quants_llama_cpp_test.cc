@@ -1,6 +1,6 @@
-// Q4_K and Q6_K against another implementation: blocks written by
+// Q4_K, Q5_K and Q6_K against another implementation: blocks written by
 // llama.cpp's quantizer and their values as llama.cpp's own decoder (gguf-py)
-// reads them (tests/kernels/data/q{4,6}_k_llama_cpp.txt; make_k_reference.sh
+// reads them (tests/kernels/data/q{4,5,6}_k_llama_cpp.txt; make_k_reference.sh
 // says how they were made). hearth's encoders are not involved, so a
 // misreading of a format shared by hearth's encoder and decoder cannot pass.
 #include <gtest/gtest.h>
@@ -72,6 +72,11 @@ TEST(KQuantsFromLlamaCpp, DecodeToLlamaCppsValues) {
   std::vector<float> y(q4.values.size());
   dequantize_row_q4_k(q4.blocks.data(), y.data(), y.size());
   for (std::size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], q4.values[i]) << "Q4_K value " << i;
+  const auto q5 = read_reference<BlockQ5_K>("q5_k_llama_cpp.txt");
+  ASSERT_GT(q5.rows, 0u);
+  y.resize(q5.values.size());
+  dequantize_row_q5_k(q5.blocks.data(), y.data(), y.size());
+  for (std::size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], q5.values[i]) << "Q5_K value " << i;
   const auto q6 = read_reference<BlockQ6_K>("q6_k_llama_cpp.txt");
   ASSERT_GT(q6.rows, 0u);
   y.resize(q6.values.size());
@@ -79,11 +84,11 @@ TEST(KQuantsFromLlamaCpp, DecodeToLlamaCppsValues) {
   for (std::size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], q6.values[i]) << "Q6_K value " << i;
 }
 
-// Linear::from_q4_k / from_q6_k on llama.cpp's blocks: every path agrees bit
+// Linear::from_q4_k / from_q5_k / from_q6_k on llama.cpp's blocks: every path agrees bit
 // for bit, and y matches a double-precision matmul of llama.cpp's decoded
 // weights with the quantized activations within the float rounding of the
 // kernels' order (kernels/linear.h): two roundings per block of magnitudes
-// bounded by 2 |w| + 2 max|w| of the row (Q4_K's d sc q x and dmin m x; Q6_K's
+// bounded by 2 |w| + 2 max|w| of the row (Q4_K's and Q5_K's d sc q x and dmin m x; Q6_K's
 // halves, |w| alone), times |xq|.
 template <typename Block>
 void expect_linear_matches(const Reference<Block>& ref, const absl::StatusOr<Linear>& l) {
@@ -137,6 +142,9 @@ TEST(KQuantsFromLlamaCpp, LinearMatchesLlamaCppsWeights) {
   const auto q4 = read_reference<BlockQ4_K>("q4_k_llama_cpp.txt");
   ASSERT_GT(q4.rows, 0u);
   expect_linear_matches(q4, Linear::from_q4_k(q4.blocks.data(), q4.rows, q4.n_in));
+  const auto q5 = read_reference<BlockQ5_K>("q5_k_llama_cpp.txt");
+  ASSERT_GT(q5.rows, 0u);
+  expect_linear_matches(q5, Linear::from_q5_k(q5.blocks.data(), q5.rows, q5.n_in));
   const auto q6 = read_reference<BlockQ6_K>("q6_k_llama_cpp.txt");
   ASSERT_GT(q6.rows, 0u);
   expect_linear_matches(q6, Linear::from_q6_k(q6.blocks.data(), q6.rows, q6.n_in));

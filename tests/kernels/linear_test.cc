@@ -30,6 +30,7 @@ const char* format_name(Format f) {
   return f == Format::kQ8_0   ? "q8_0"
          : f == Format::kQ4_0 ? "q4_0"
          : f == Format::kQ4_K ? "q4_k"
+         : f == Format::kQ5_K ? "q5_k"
          : f == Format::kQ6_K ? "q6_k"
                               : "f32";
 }
@@ -44,11 +45,26 @@ struct QuantWeights {
   std::vector<BlockQ8_0> q8;
   std::vector<BlockQ4_0> q4;
   std::vector<BlockQ4_K> q4k;
+  std::vector<BlockQ5_K> q5k;
   std::vector<BlockQ6_K> q6k;
   std::vector<float> dequant;  // n_out x n_in
 
   const BlockQ4_K& k_block(std::size_t row, std::size_t k) const {
     return q4k[row * (n_in / 256) + k / 256];
+  }
+  const BlockQ5_K& q5_block(std::size_t row, std::size_t k) const {
+    return q5k[row * (n_in / 256) + k / 256];
+  }
+  // Q4_K and Q5_K share their scale packing.
+  int six_bits(std::size_t row, std::size_t b, bool min) const {
+    return format == Format::kQ5_K ? testing::q4_k_six_bits(q5_block(row, 32 * b), b % 8, min)
+                                   : testing::q4_k_six_bits(k_block(row, 32 * b), b % 8, min);
+  }
+  float k_d(std::size_t row, std::size_t b, bool min) const {
+    const std::uint16_t h = format == Format::kQ5_K
+                                ? (min ? q5_block(row, 32 * b).dmin : q5_block(row, 32 * b).d)
+                                : (min ? k_block(row, 32 * b).dmin : k_block(row, 32 * b).d);
+    return fp16_to_f32(h);
   }
   const BlockQ6_K& q6_block(std::size_t row, std::size_t k) const {
     return q6k[row * (n_in / 256) + k / 256];
@@ -63,21 +79,19 @@ struct QuantWeights {
     if (format == Format::kQ8_0) return q8[row * blocks + b].qs[i];
     if (format == Format::kQ6_K) return testing::q6_k_q(q6_block(row, k), k % 256) - 32;
     if (format == Format::kQ4_K) return testing::q4_k_q(k_block(row, k), k % 256);
+    if (format == Format::kQ5_K) return testing::q5_k_q(q5_block(row, k), k % 256);
     const std::uint8_t byte = q4[row * blocks + b].qs[i % 16];
     return (i < 16 ? (byte & 0x0f) : (byte >> 4)) - 8;
   }
-  float d(std::size_t row, std::size_t b) const {  // Q4_K: d * sc
-    if (format == Format::kQ4_K) {
-      const BlockQ4_K& blk = k_block(row, 32 * b);
-      return fp16_to_f32(blk.d) * static_cast<float>(testing::q4_k_six_bits(blk, b % 8, false));
-    }
+  bool k_scaled() const { return format == Format::kQ4_K || format == Format::kQ5_K; }
+  float d(std::size_t row, std::size_t b) const {  // Q4_K, Q5_K: d * sc
+    if (k_scaled()) return k_d(row, b, false) * static_cast<float>(six_bits(row, b, false));
     return fp16_to_f32(format == Format::kQ8_0 ? q8[row * (n_in / 32) + b].d
                                                : q4[row * (n_in / 32) + b].d);
   }
-  float min(std::size_t row, std::size_t b) const {  // Q4_K: dmin * m; others 0
-    if (format != Format::kQ4_K) return 0.0f;
-    const BlockQ4_K& blk = k_block(row, 32 * b);
-    return fp16_to_f32(blk.dmin) * static_cast<float>(testing::q4_k_six_bits(blk, b % 8, true));
+  float min(std::size_t row, std::size_t b) const {  // Q4_K, Q5_K: dmin * m; others 0
+    if (!k_scaled()) return 0.0f;
+    return k_d(row, b, true) * static_cast<float>(six_bits(row, b, true));
   }
 };
 
@@ -86,9 +100,23 @@ QuantWeights make_weights(Format format, std::size_t n_out, std::size_t n_in, un
   std::normal_distribution<float> dist(0.0f, 0.5f);
   std::vector<float> w(n_out * n_in);
   for (float& v : w) v = dist(rng);
-  QuantWeights q{format, n_out, n_in, {}, {}, {}, {}, std::vector<float>(n_out * n_in)};
+  QuantWeights q{format, n_out, n_in, {}, {}, {}, {}, {}, std::vector<float>(n_out * n_in)};
   const std::size_t blocks = n_in / 32;
-  if (format == Format::kQ6_K) {
+  if (format == Format::kQ5_K) {
+    const std::size_t supers = n_in / 256;
+    q.q5k.resize(n_out * supers);
+    for (std::size_t r = 0; r < n_out; ++r)
+      quantize_row_q5_k(&w[r * n_in], &q.q5k[r * supers], n_in);
+    // Every 6-bit scale and min, and the largest q (31) somewhere in each block.
+    for (std::size_t i = 0; i < q.q5k.size(); ++i) {
+      for (std::size_t k = 0; k < 12; ++k)
+        q.q5k[i].scales[k] = static_cast<std::uint8_t>(rng() & 0xff);
+      q.q5k[i].qs[i % 128] = 0xff;
+      q.q5k[i].qh[i % 32] = 0xff;
+    }
+    for (std::size_t r = 0; r < n_out; ++r)
+      dequantize_row_q5_k(&q.q5k[r * supers], &q.dequant[r * n_in], n_in);
+  } else if (format == Format::kQ6_K) {
     const std::size_t supers = n_in / 256;
     q.q6k.resize(n_out * supers);
     for (std::size_t r = 0; r < n_out; ++r)
@@ -135,6 +163,7 @@ QuantWeights make_weights(Format format, std::size_t n_out, std::size_t n_in, un
 
 absl::StatusOr<Linear> make_linear(const QuantWeights& q) {
   if (q.format == Format::kQ4_K) return Linear::from_q4_k(q.q4k.data(), q.n_out, q.n_in);
+  if (q.format == Format::kQ5_K) return Linear::from_q5_k(q.q5k.data(), q.n_out, q.n_in);
   if (q.format == Format::kQ6_K) return Linear::from_q6_k(q.q6k.data(), q.n_out, q.n_in);
   return q.format == Format::kQ8_0 ? Linear::from_q8_0(q.q8.data(), q.n_out, q.n_in)
                                    : Linear::from_q4_0(q.q4.data(), q.n_out, q.n_in);
@@ -217,7 +246,7 @@ std::vector<float> spec_forward(const QuantWeights& w, const QuantActs& a, std::
         const float dw = w.d(o, b);
         acc = aq == AQ::kPerToken ? std::fma(static_cast<float>(dot), dw, acc)
                                   : std::fma(static_cast<float>(dot), dw * dx, acc);
-        if (w.format == Format::kQ4_K) {  // the block's mins, times -sum(q_x)
+        if (w.k_scaled()) {  // the block's mins, times -sum(q_x)
           const float s_b = static_cast<float>(-sum);
           acc = std::fma(w.min(o, b), aq == AQ::kPerToken ? s_b : dx * s_b, acc);
         }
@@ -276,7 +305,8 @@ std::vector<Shape> odd_shapes(Format format) {
   // 768 and 4352); n_out leaving partial row groups and, at 100 (7 groups),
   // every tile width; m covering the single-token path, small batches and
   // token-tile tails.
-  const bool k_quant = format == Format::kQ4_K || format == Format::kQ6_K;
+  const bool k_quant =
+      format == Format::kQ4_K || format == Format::kQ5_K || format == Format::kQ6_K;
   const std::vector<std::size_t> n_ins =
       k_quant ? std::vector<std::size_t>{256, 768, 4352} : std::vector<std::size_t>{32, 96, 4128};
   for (std::size_t n_in : n_ins)
@@ -331,14 +361,15 @@ TEST_P(LinearQuantized, EveryPathMatchesTheSpecificationOnOddShapes) {
     // more product: (2 n_in / 32 + 3) roundings of sum (|d sc q| + |dmin m|) |xq|.
     // Q6_K: two roundings per block as well, of |w| itself.
     std::vector<float> magnitude = w.dequant;
-    if (format == Format::kQ4_K)
+    if (w.k_scaled())
       for (std::size_t o = 0; o < s.n_out; ++o)
         for (std::size_t k = 0; k < s.n_in; ++k)
           magnitude[o * s.n_in + k] =
               std::fabs(w.d(o, k / 32) * w.w(o, k)) + std::fabs(w.min(o, k / 32));
-    const double roundings = format == Format::kQ4_K || format == Format::kQ6_K
-                                 ? 2.0 * s.n_in / 32 + 3
-                                 : s.n_in / 32.0 + 2;
+    const double roundings =
+        format == Format::kQ4_K || format == Format::kQ5_K || format == Format::kQ6_K
+            ? 2.0 * s.n_in / 32 + 3
+            : s.n_in / 32.0 + 2;
     std::vector<double> exact, abs_sum, unused;
     naive_matmul(w.dequant, a.deq, s.m, s.n_out, s.n_in, &exact, &unused);
     naive_matmul(magnitude, a.deq, s.m, s.n_out, s.n_in, &unused, &abs_sum);
@@ -372,7 +403,8 @@ TEST_P(LinearQuantized, ThreadedEqualsUnthreadedBitForBit) {
   ThreadPool pool2(2), pool3(3);
   // n_in 4352 (17 super-blocks) where 4128 (129 blocks) is not a whole
   // number of Q4_K super-blocks.
-  const std::size_t odd = format == Format::kQ4_K || format == Format::kQ6_K ? 4352 : 4128;
+  const std::size_t odd =
+      format == Format::kQ4_K || format == Format::kQ5_K || format == Format::kQ6_K ? 4352 : 4128;
   const Shape shapes[] = {{300, odd, 1},    {300, odd, 3},  {300, 1024, 9}, {300, 1024, 12},
                           {300, 1024, 130}, {17, odd, 130}, {1000, 512, 64}};
   unsigned seed = 100;
@@ -435,7 +467,8 @@ TEST_P(LinearQuantized, ForwardSameInputEqualsSeparateForwards) {
 
 INSTANTIATE_TEST_SUITE_P(Formats, LinearQuantized,
                          ::testing::Combine(::testing::Values(Format::kQ8_0, Format::kQ4_0,
-                                                              Format::kQ4_K, Format::kQ6_K),
+                                                              Format::kQ4_K, Format::kQ5_K,
+                                                              Format::kQ6_K),
                                             ::testing::Values(AQ::kPerGroup32, AQ::kPerToken)),
                          [](const auto& info) {
                            return std::string(format_name(std::get<0>(info.param))) + "_" +
@@ -488,6 +521,12 @@ TEST(Linear, PackedBytesMatchTheGgufSize) {
   const std::size_t file = 64u * 1024 / 256 * sizeof(BlockQ4_K);
   EXPECT_EQ(lk->weight_bytes(), 64u * 1024 / 256 * (128 + 20));
   EXPECT_LE(static_cast<double>(lk->weight_bytes()), 1.03 * file);
+  // Q5_K: the same 20 bytes of scales per super-block and row, and 1-bit planes.
+  const QuantWeights q5k = make_weights(Format::kQ5_K, 64, 1024, 7);
+  absl::StatusOr<Linear> l5 = make_linear(q5k);
+  ASSERT_TRUE(l5.ok()) << l5.status();
+  EXPECT_EQ(l5->weight_bytes(), 64u * 1024 / 256 * (160 + 20));
+  EXPECT_LE(static_cast<double>(l5->weight_bytes()), 1.03 * (64u * 1024 / 256 * sizeof(BlockQ5_K)));
   // Q6_K packs to exactly the file's size.
   const QuantWeights q6k = make_weights(Format::kQ6_K, 64, 1024, 6);
   absl::StatusOr<Linear> l6 = make_linear(q6k);
@@ -601,7 +640,8 @@ TEST(Linear, ScratchExhaustionIsAnErrorNotACrash) {
 // scratch allocator: no heap call, single- or multi-threaded.
 TEST(Linear, NoHeapAllocationInForwardAfterWarmUp) {
   ThreadPool pool(2);
-  for (Format format : {Format::kQ8_0, Format::kQ4_0, Format::kQ4_K, Format::kQ6_K}) {
+  for (Format format :
+       {Format::kQ8_0, Format::kQ4_0, Format::kQ4_K, Format::kQ5_K, Format::kQ6_K}) {
     const QuantWeights w = make_weights(format, 256, 512, 21);
     absl::StatusOr<Linear> l = make_linear(w);
     ASSERT_TRUE(l.ok());

@@ -617,6 +617,44 @@ TEST_F(ToolsTest, SynthIsDeterministicAndItsModelGenerates) {
   }
 }
 
+// The K-quant types, as a llama.cpp quantizer would lay them out: Q6_K where
+// the _M types put it (the output; attn_v and ffn_down of the first and last
+// eighth of the layers and every third between), loadable and generating.
+TEST_F(ToolsTest, SynthWritesKQuantMixesThatGenerate) {
+  struct Case {
+    std::string type;
+    std::uint32_t file_type;
+    GgmlType main, v0, v1;  // ffn_up, attn_v of layers 0 and 1 (of 8)
+  };
+  const Case cases[] = {{"q4_k", 14, GgmlType::kQ4_K, GgmlType::kQ4_K, GgmlType::kQ4_K},
+                        {"q4_k_m", 15, GgmlType::kQ4_K, GgmlType::kQ6_K, GgmlType::kQ4_K},
+                        {"q5_k_m", 17, GgmlType::kQ5_K, GgmlType::kQ6_K, GgmlType::kQ5_K},
+                        {"q6_k", 18, GgmlType::kQ6_K, GgmlType::kQ6_K, GgmlType::kQ6_K}};
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.type);
+    const std::string out = path("k-" + c.type + ".gguf").string();
+    const ProcessResult r =
+        model({"synth", out, "--dim", "256", "--layers", "8", "--heads", "4", "--ffn", "512",
+               "--vocab", "512", "--context", "128", "--type", c.type});
+    ASSERT_EQ(r.exit_code, 0) << r.err;
+    auto f = GgufFile::open(out);
+    ASSERT_TRUE(f.ok()) << f.status();
+    EXPECT_EQ(*(*f)->get_uint("general.file_type"), c.file_type);
+    EXPECT_EQ((*f)->find_tensor("blk.3.ffn_up.weight")->type, c.main);
+    EXPECT_EQ((*f)->find_tensor("blk.0.attn_v.weight")->type, c.v0);
+    EXPECT_EQ((*f)->find_tensor("blk.1.attn_v.weight")->type, c.v1);
+    EXPECT_EQ((*f)->find_tensor("output.weight")->type,
+              c.type == "q4_k" ? GgmlType::kQ4_K : GgmlType::kQ6_K);
+    const ProcessResult g = generate(
+        {"--model", out, "--prompt", "the cat", "--max-tokens", "6", "--ignore-eos", "--json"});
+    ASSERT_EQ(g.exit_code, 0) << g.err;
+    const std::vector<Json> lines = json_lines(g.out);
+    ASSERT_FALSE(lines.empty());
+    ASSERT_NE(lines.back().get("generated_ids"), nullptr) << g.out;
+    EXPECT_EQ(lines.back().get("generated_ids")->ints().size(), 6u);
+  }
+}
+
 TEST_F(ToolsTest, SynthAndUnknownCommandsRefuseBadArguments) {
   struct Case {
     std::vector<std::string> args;
@@ -627,6 +665,7 @@ TEST_F(ToolsTest, SynthAndUnknownCommandsRefuseBadArguments) {
       {{"synth", out, "--dim", "100", "--heads", "8"}, "dim 100 is not a multiple of heads 8"},
       {{"synth", out, "--type", "q5_0"}, "--type: 'q5_0'"},
       {{"synth", out, "--dim", "48", "--heads", "3", "--type", "q8_0"}, "multiples of 32"},
+      {{"synth", out, "--dim", "96", "--heads", "3", "--type", "q4_k"}, "multiples of 256"},
       {{"synth", out, "--vocab", "10"}, "--vocab"},
       {{"synth", out, "--layers", "two"}, "--layers"},
       {{"synth"}, "expected one OUT file"},

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Makes tests/kernels/data/{q4_k,q6_k}_llama_cpp.txt: K-quant blocks written
+# Makes tests/kernels/data/{q4_k,q5_k,q6_k}_llama_cpp.txt: K-quant blocks written
 # by llama.cpp's quantizer and their values as llama.cpp's own Python decoder
 # (gguf-py) reads them, so that hearth's decoders and kernels are checked
 # against another implementation, not only against hearth's own encoders.
@@ -17,19 +17,25 @@ trap 'rm -rf "$work"' EXIT
 # A small llama model with float weights (rows of 512 inputs: two super-blocks).
 "$hearth_model" synth "$work/f32.gguf" --dim 512 --layers 1 --heads 8 --kv-heads 8 --ffn 1024 \
   --vocab 512 --context 64 --type f32 >/dev/null
-"$quantize" "$work/f32.gguf" "$work/q4_k_m.gguf" Q4_K_M >"$work/quantize.log" 2>&1 ||
-  { cat "$work/quantize.log"; exit 1; }
-PYTHONPATH="$gguf_py" /usr/bin/python3 - "$work/q4_k_m.gguf" "$out_dir" "$(basename "$quantize")" <<'PY'
+for type in Q4_K_M Q5_K_M; do
+  "$quantize" "$work/f32.gguf" "$work/$type.gguf" "$type" >"$work/quantize.log" 2>&1 ||
+    { cat "$work/quantize.log"; exit 1; }
+done
+PYTHONPATH="$gguf_py" /usr/bin/python3 - "$work" "$out_dir" "$(basename "$quantize")" <<'PY'
 import sys
 import numpy as np
 from gguf import GGUFReader, GGMLQuantizationType
 from gguf.quants import dequantize
 
-path, out_dir, tool = sys.argv[1:4]
-reader = GGUFReader(path)
+work, out_dir, tool = sys.argv[1:4]
 # Q4_K_M: attn_q is Q4_K; attn_v of layer 0 (of 1) gets Q6_K's extra bits.
-for name, qtype, out in [("blk.0.attn_q.weight", GGMLQuantizationType.Q4_K, "q4_k_llama_cpp.txt"),
-                         ("blk.0.attn_v.weight", GGMLQuantizationType.Q6_K, "q6_k_llama_cpp.txt")]:
+# Q5_K_M: attn_q is Q5_K.
+Q = GGMLQuantizationType
+for file, name, qtype, out in [
+        ("Q4_K_M", "blk.0.attn_q.weight", Q.Q4_K, "q4_k_llama_cpp.txt"),
+        ("Q5_K_M", "blk.0.attn_q.weight", Q.Q5_K, "q5_k_llama_cpp.txt"),
+        ("Q4_K_M", "blk.0.attn_v.weight", Q.Q6_K, "q6_k_llama_cpp.txt")]:
+    reader = GGUFReader(work + "/" + file + ".gguf")
     t = next(t for t in reader.tensors if t.name == name)
     assert t.tensor_type == qtype, (name, t.tensor_type)
     rows, n_in = 6, int(t.shape[0])  # GGUF shapes are (n_in, n_out)
@@ -37,7 +43,7 @@ for name, qtype, out in [("blk.0.attn_q.weight", GGMLQuantizationType.Q4_K, "q4_
     values = dequantize(raw, qtype).reshape(rows, n_in)
     with open(out_dir + "/" + out, "w") as f:
         f.write("# %s blocks of %s (first %d rows) of a synthetic model\n" % (qtype.name, name, rows))
-        f.write("# quantized by llama.cpp's %s (Q4_K_M), decoded by llama.cpp's gguf-py;\n" % tool)
+        f.write("# quantized by llama.cpp's %s (%s), decoded by llama.cpp's gguf-py;\n" % (tool, file))
         f.write("# made by tests/kernels/data/make_k_reference.sh.\n")
         f.write("rows %d n_in %d\n" % (rows, n_in))
         for r in range(rows):

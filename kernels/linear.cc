@@ -69,6 +69,17 @@ absl::Status check_shape(std::size_t n_out, std::size_t n_in, bool quantized) {
   return absl::OkStatus();
 }
 
+// The shape and pointer of K-quant super-blocks (rows of whole super-blocks).
+absl::Status check_k_quant(std::size_t n_out, std::size_t n_in, const void* w, const char* what) {
+  HEARTH_RETURN_IF_ERROR(check_shape(n_out, n_in, true));
+  if (n_in % kSuperBlock != 0)
+    return absl::InvalidArgumentError(absl::StrCat(
+        "Linear::", what, ": n_in must be a multiple of 256 for K-quants, got n_in=", n_in));
+  if (w == nullptr)
+    return absl::InvalidArgumentError(absl::StrCat("Linear::", what, ": w is null"));
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 void internal::AlignedFree::operator()(std::uint8_t* p) const noexcept { std::free(p); }
@@ -163,14 +174,7 @@ absl::StatusOr<Linear> Linear::from_q4_0(const BlockQ4_0* w, std::size_t n_out, 
 template <typename Block>
 absl::StatusOr<Linear> Linear::pack_k_scaled(Format format, const Block* w, std::size_t n_out,
                                              std::size_t n_in, const char* what) {
-  HEARTH_RETURN_IF_ERROR(check_shape(n_out, n_in, true));
-  if (n_in % kSuperBlock != 0)
-    return absl::InvalidArgumentError(absl::StrCat("Linear::", what,
-                                                   ": n_in must be a multiple of 256 for "
-                                                   "K-quants, got n_in=",
-                                                   n_in));
-  if (w == nullptr)
-    return absl::InvalidArgumentError(absl::StrCat("Linear::", what, ": w is null"));
+  HEARTH_RETURN_IF_ERROR(check_k_quant(n_out, n_in, w, what));
   HEARTH_ASSIGN_OR_RETURN(auto l, allocate_packed(format, n_out, n_in));
   constexpr bool kFive = std::is_same_v<Block, BlockQ5_K>;
   const std::size_t block_bytes = kFive ? kQ5BlockBytes : kQ4BlockBytes;
@@ -221,11 +225,7 @@ absl::StatusOr<Linear> Linear::from_q5_k(const BlockQ5_K* w, std::size_t n_out, 
 }
 
 absl::StatusOr<Linear> Linear::from_q6_k(const BlockQ6_K* w, std::size_t n_out, std::size_t n_in) {
-  HEARTH_RETURN_IF_ERROR(check_shape(n_out, n_in, true));
-  if (n_in % kSuperBlock != 0)
-    return absl::InvalidArgumentError(absl::StrCat(
-        "Linear::from_q6_k: n_in must be a multiple of 256 for Q6_K, got n_in=", n_in));
-  if (w == nullptr) return absl::InvalidArgumentError("Linear::from_q6_k: w is null");
+  HEARTH_RETURN_IF_ERROR(check_k_quant(n_out, n_in, w, "from_q6_k"));
   HEARTH_ASSIGN_OR_RETURN(auto l, allocate_packed(Format::kQ6_K, n_out, n_in));
   const std::size_t supers = n_in / kSuperBlock;
   for (std::size_t row = 0; row < n_out; ++row) {

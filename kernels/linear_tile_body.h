@@ -105,6 +105,57 @@ inline __attribute__((always_inline)) IVec six_bits(IVec nibbles, IVec high) {
   return or_bits(nibbles, and_bytes(top, 0x30));
 }
 
+// The walking pointers of a tile of row groups from g x tokens [j0, j0 + T)
+// of token tile `tile`, one per stream, so the tile needs few registers:
+// unit h's weights at wp + unit_bytes(h) (+ 64 per 4-input step), its
+// scales at sp + (h / kUnits) * gs; the activations (4n bytes per 4-input
+// step, n the activation tile's width) and their per-block bias, low sums
+// and scales (per token: the tokens' scales, fixed).
+template <bool kPerToken>
+struct TileStreams {
+  static constexpr int kUnits = static_cast<int>(kGroupRows / kLanes);
+  const std::uint8_t* wp;
+  const std::uint8_t* sp;
+  const std::int8_t* xp;
+  const std::int32_t* bp;
+  const std::int32_t* lp;
+  const float* dp;
+  std::size_t n, gs, first;
+
+  TileStreams(const PackedWeights& w, const QuantizedActivations& a, std::size_t g,
+              std::size_t tile, std::size_t j0, std::size_t width)
+      : n(width), gs(w.group_stride) {
+    const std::size_t tile_first = tile * a.tile_tokens;  // the activation tile's first token
+    first = tile_first + j0;                              // this register tile's
+    wp = w.data + g * gs;
+    sp = wp + w.scales_offset;
+    xp = a.q + tile * a.q_tile_stride + 4 * j0;
+    bp = a.bias + tile_first * a.blocks + j0;
+    lp = a.low_sum + tile_first * a.blocks + j0;
+    dp = a.d + (kPerToken ? first : tile_first * a.blocks + j0);
+  }
+  std::size_t unit_bytes(int h) const {
+    return (h / kUnits) * gs + 4 * kLanes * static_cast<std::size_t>(h % kUnits);
+  }
+  // To the next block's weights (block_bytes on) and activations; the
+  // scales move by format (next_scales).
+  void next_block(std::size_t block_bytes) {
+    wp += block_bytes;
+    xp += 4 * n * 8;
+    bp += n;
+    lp += n;
+    if constexpr (!kPerToken) dp += n;
+  }
+};
+
+// Prefetches block b's share of pf (pf_lines lines per block) into L2.
+inline __attribute__((always_inline)) void prefetch_share(const std::uint8_t* pf, std::size_t b,
+                                                          std::size_t pf_lines) {
+  if (pf != nullptr)
+    for (std::size_t k = 0; k < pf_lines; ++k)
+      _mm_prefetch(reinterpret_cast<const char*>(pf + 64 * (b * pf_lines + k)), _MM_HINT_T1);
+}
+
 // Row groups [g, g + G) x tokens [j0, j0 + T) of token tile `tile`, whose
 // width is n. kWidth, when not 0, is n known at compile time (the decode
 // GEMV's 1, or a tile as wide as T), so its address arithmetic folds into
@@ -116,24 +167,16 @@ void tile_blocks(const PackedWeights& w, const QuantizedActivations& a, std::siz
                  const std::uint8_t* pf, std::size_t pf_lines) {
   constexpr int kUnits = static_cast<int>(kGroupRows / kLanes);
   constexpr int H = G * kUnits;
-  constexpr std::size_t kUnitBytes = 4 * kLanes;
   constexpr bool kNibbles = kF != WeightFormat::kQ8_0;
   constexpr bool kSuper = kF == WeightFormat::kQ4_K;  // scales per super-block
   constexpr std::size_t kBlockBytes = kNibbles ? kQ4BlockBytes : kQ8BlockBytes;
-  const std::size_t n = kWidth != 0 ? kWidth : width;
-  const std::size_t gs = w.group_stride;
-  const std::size_t tile_first = tile * a.tile_tokens;  // the activation tile's first token
-  const std::size_t first = tile_first + j0;            // this register tile's
-  // Walking pointers, one per stream, so the tile needs few registers: unit
-  // h's weights at wp + (h / kUnits) * gs + kUnitBytes * (h % kUnits) (+ 64
-  // per 4-input step), its scales likewise; the activations (4n bytes per
-  // 4-input step), the per-block bias and scales.
-  const std::uint8_t* wp = w.data + g * gs;
-  const std::uint8_t* sp = wp + w.scales_offset;
-  const std::int8_t* xp = a.q + tile * a.q_tile_stride + 4 * j0;
-  const std::int32_t* bp = a.bias + tile_first * a.blocks + j0;
-  const float* dp = a.d + (kPerToken ? first : tile_first * a.blocks + j0);
-  auto unit_bytes = [&](int h) { return (h / kUnits) * gs + kUnitBytes * (h % kUnits); };
+  TileStreams<kPerToken> at(w, a, g, tile, j0, kWidth != 0 ? kWidth : width);
+  const std::size_t n = at.n, gs = at.gs;
+  auto unit_bytes = [&](int h) { return at.unit_bytes(h); };
+  const std::uint8_t*& wp = at.wp;
+  const std::int8_t*& xp = at.xp;
+  const std::int32_t*& bp = at.bp;
+  const float*& dp = at.dp;
   Vec facc[H][T];
 #pragma GCC unroll 8
   for (int h = 0; h < H; ++h)
@@ -141,9 +184,7 @@ void tile_blocks(const PackedWeights& w, const QuantizedActivations& a, std::siz
     for (int j = 0; j < T; ++j) facc[h][j] = zero();
 
   for (std::size_t b = 0; b < a.blocks; ++b) {
-    if (pf != nullptr)
-      for (std::size_t k = 0; k < pf_lines; ++k)
-        _mm_prefetch(reinterpret_cast<const char*>(pf + 64 * (b * pf_lines + k)), _MM_HINT_T1);
+    prefetch_share(pf, b, pf_lines);
     IVec acc[H][T];
 #pragma GCC unroll 8
     for (int j = 0; j < T; ++j)
@@ -200,7 +241,7 @@ void tile_blocks(const PackedWeights& w, const QuantizedActivations& a, std::siz
 #pragma GCC unroll 8
     for (int h = 0; h < H; ++h) {
       Vec dw, dmin;
-      unit_scales<kF>(sp + (h / kUnits) * gs, h % kUnits, b, dw, dmin);
+      unit_scales<kF>(at.sp + (h / kUnits) * gs, h % kUnits, b, dw, dmin);
 #pragma GCC unroll 8
       for (int j = 0; j < T; ++j) {
         const Vec fdot = to_float(block_finish<kF>(acc[h][j], bp + j));
@@ -212,14 +253,11 @@ void tile_blocks(const PackedWeights& w, const QuantizedActivations& a, std::siz
         if constexpr (kSuper) facc[h][j] = fmadd(dmin, set1(xmin[j]), facc[h][j]);
       }
     }
-    wp += kBlockBytes;
-    sp = next_scales<kF>(sp, b);
-    xp += 4 * n * 8;
-    bp += n;
-    if constexpr (!kPerToken) dp += n;
+    at.sp = next_scales<kF>(at.sp, b);
+    at.next_block(kBlockBytes);
   }
 
-  store_tile<G, T, kPerToken>(facc, w.n_out, g, dp, y + first * ldy, ldy);
+  store_tile<G, T, kPerToken>(facc, w.n_out, g, dp, y + at.first * ldy, ldy);
 }
 
 // Q5_K's q of 4 inputs x kLanes rows at step c (0..3): the nibbles with bit
@@ -284,18 +322,14 @@ void tile_wide(const PackedWeights& w, const QuantizedActivations& a, std::size_
                const std::uint8_t* pf, std::size_t pf_lines) {
   constexpr int kUnits = static_cast<int>(kGroupRows / kLanes);
   constexpr int H = G * kUnits;
-  constexpr std::size_t kUnitBytes = 4 * kLanes;
-  const std::size_t n = kWidth != 0 ? kWidth : width;
-  const std::size_t gs = w.group_stride;
-  const std::size_t tile_first = tile * a.tile_tokens;
-  const std::size_t first = tile_first + j0;
-  const std::uint8_t* wp = w.data + g * gs;
-  const std::uint8_t* sp = wp + w.scales_offset;
-  const std::int8_t* xp = a.q + tile * a.q_tile_stride + 4 * j0;
-  const std::int32_t* bp = a.bias + tile_first * a.blocks + j0;
-  const std::int32_t* lp = a.low_sum + tile_first * a.blocks + j0;
-  const float* dp = a.d + (kPerToken ? first : tile_first * a.blocks + j0);
-  auto unit_bytes = [&](int h) { return (h / kUnits) * gs + kUnitBytes * (h % kUnits); };
+  TileStreams<kPerToken> at(w, a, g, tile, j0, kWidth != 0 ? kWidth : width);
+  const std::size_t n = at.n, gs = at.gs;
+  auto unit_bytes = [&](int h) { return at.unit_bytes(h); };
+  const std::uint8_t*& wp = at.wp;
+  const std::int8_t*& xp = at.xp;
+  const std::int32_t*& bp = at.bp;
+  const std::int32_t*& lp = at.lp;
+  const float*& dp = at.dp;
   constexpr bool kSix = kF == WeightFormat::kQ6_K;
   constexpr std::size_t kBlockBytes = kSix ? kQ6BlockBytes : kQ5BlockBytes;
   Vec facc[H][T];
@@ -305,9 +339,7 @@ void tile_wide(const PackedWeights& w, const QuantizedActivations& a, std::size_
     for (int j = 0; j < T; ++j) facc[h][j] = zero();
 
   for (std::size_t b = 0; b < a.blocks; ++b) {
-    if (pf != nullptr)
-      for (std::size_t k = 0; k < pf_lines; ++k)
-        _mm_prefetch(reinterpret_cast<const char*>(pf + 64 * (b * pf_lines + k)), _MM_HINT_T1);
+    prefetch_share(pf, b, pf_lines);
     IVec lo_acc[H][T], hi_acc[H][T];
 #pragma GCC unroll 8
     for (int h = 0; h < H; ++h)
@@ -352,7 +384,7 @@ void tile_wide(const PackedWeights& w, const QuantizedActivations& a, std::size_
     steps.template operator()<0>();
     steps.template operator()<2>();
     if constexpr (kSix) {
-      finish_q6_k<G, T, kPerToken>(lo_acc, hi_acc, sp, gs, b, bp, lp, dp, facc);
+      finish_q6_k<G, T, kPerToken>(lo_acc, hi_acc, at.sp, gs, b, bp, lp, dp, facc);
     } else {
       [[maybe_unused]] float xmin[T];
 #pragma GCC unroll 8
@@ -360,7 +392,7 @@ void tile_wide(const PackedWeights& w, const QuantizedActivations& a, std::size_
 #pragma GCC unroll 8
       for (int h = 0; h < H; ++h) {
         Vec dw, dmin;
-        unit_scales<kF>(sp + (h / kUnits) * gs, h % kUnits, b, dw, dmin);
+        unit_scales<kF>(at.sp + (h / kUnits) * gs, h % kUnits, b, dw, dmin);
 #pragma GCC unroll 8
         for (int j = 0; j < T; ++j) {
           const Vec fdot = to_float(add_int(lo_acc[h][j], hi_acc[h][j]));
@@ -370,14 +402,10 @@ void tile_wide(const PackedWeights& w, const QuantizedActivations& a, std::size_
         }
       }
     }
-    wp += kBlockBytes;
-    if ((b + 1) % kBlocksPerSuper == 0) sp += kSix ? kQ6KSuperScaleBytes : kQ4KSuperScaleBytes;
-    xp += 4 * n * 8;
-    bp += n;
-    lp += n;
-    if constexpr (!kPerToken) dp += n;
+    if ((b + 1) % kBlocksPerSuper == 0) at.sp += kSix ? kQ6KSuperScaleBytes : kQ4KSuperScaleBytes;
+    at.next_block(kBlockBytes);
   }
-  store_tile<G, T, kPerToken>(facc, w.n_out, g, dp, y + first * ldy, ldy);
+  store_tile<G, T, kPerToken>(facc, w.n_out, g, dp, y + at.first * ldy, ldy);
 }
 
 // The register tile of every format (tile_blocks's comment above).

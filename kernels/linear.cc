@@ -399,6 +399,21 @@ std::size_t Linear::hint_decode(std::span<const Linear* const> layers, ThreadPoo
   return told;
 }
 
+namespace {
+
+// Tokens per activation tile for m tokens on an ISA whose widest register
+// tile is `widest`: as few tiles as the widest allows, their widths differing
+// by at most one (8 tokens on a 6-wide ISA run as 4 + 4, not 6 + 2: a narrow
+// tile repeats the weights' unpacking for little work and leaves too few
+// independent sums to hide the dot product's latency).
+std::size_t balanced_tile_tokens(std::size_t m, std::size_t widest) {
+  if (m <= widest) return m == 0 ? widest : m;
+  const std::size_t tiles = (m + widest - 1) / widest;
+  return (m + tiles - 1) / tiles;
+}
+
+}  // namespace
+
 absl::Status Linear::quantize_input(const float* x, std::size_t m, MemoryAllocator& scratch,
                                     ThreadPool* pool, ActivationQuant aq,
                                     internal::QuantizedActivations& a) const {
@@ -408,10 +423,10 @@ absl::Status Linear::quantize_input(const float* x, std::size_t m, MemoryAllocat
   const std::size_t blocks = n_in_ / kQuantGroup;
   a.m = m;
   a.blocks = blocks;
-  a.tile_tokens = k.tile_tokens;
-  a.q_tile_stride = round_up(k.tile_tokens * n_in_, 64);
+  a.tile_tokens = balanced_tile_tokens(m, k.tile_tokens);
+  a.q_tile_stride = round_up(a.tile_tokens * n_in_, 64);
   a.per_token = aq == ActivationQuant::kPerToken;
-  const std::size_t tiles = (m + k.tile_tokens - 1) / k.tile_tokens;
+  const std::size_t tiles = (m + a.tile_tokens - 1) / a.tile_tokens;
   std::size_t q_bytes = 0, meta = 0;
   a.q = nullptr;
   a.d = nullptr;

@@ -24,8 +24,8 @@ inline constexpr std::size_t kGroupRows = 16;
 // Bytes of integer weights per (row group, block of 32 inputs).
 inline constexpr std::size_t kQ8BlockBytes = kGroupRows * kQuantGroup;      // 512
 inline constexpr std::size_t kQ4BlockBytes = kGroupRows * kQuantGroup / 2;  // 256
-// Tokens per activation tile (QuantizedActivations::tile_tokens) of each
-// path: the token width of its GEMM register tile.
+// The widest activation tile (QuantizedActivations::tile_tokens) of each
+// path: the token width of its widest GEMM register tile.
 inline constexpr std::size_t kTileTokensScalar = 1;
 inline constexpr std::size_t kTileTokensAvx2 = 8;
 inline constexpr std::size_t kTileTokensAvx512 = 4;
@@ -158,8 +158,9 @@ void quantize_activations_avx512(const float* x, std::size_t t0, std::size_t t1,
 // w.n_out are not written), accumulated in the order documented in
 // kernels/linear.h, is what every MatmulFn computes (the type is declared in
 // kernels/linear.h). Every implementation gives bit-identical results. t0 must
-// be a multiple of a.tile_tokens, and a.tile_tokens the ISA's own, since a
-// register tile covers exactly one token tile.
+// be a multiple of a.tile_tokens, and a.tile_tokens at most the ISA's own
+// (Linear balances the tiles of m tokens), since a register tile covers
+// exactly one token tile.
 //
 // One ISA's linear kernels (the dispatch idiom of kernels/cpu_features.h):
 // its activation layout, its quantizer, and a matmul per weight format and

@@ -439,10 +439,6 @@ void whole_tile(std::size_t tokens, const PackedWeights& w, const QuantizedActiv
                                std::make_integer_sequence<int, kMaxT>{});
 }
 
-// At most this many lines per block a GEMM tile prefetches of the next pair
-// of row groups (more competes with the tile's own loads).
-constexpr std::size_t kMaxPrefetchLines = 4;
-
 // The schedule of the 16-row (one vector per group) ISAs. Decode (one
 // token): 4 x 1 tiles, so that four independent chains hide the dot
 // product's latency. Otherwise two row groups at a time, each pair over
@@ -465,10 +461,10 @@ void run_in_group_pairs(const PackedWeights& w, const QuantizedActivations& a, s
   const std::size_t slice = a.blocks * 64;
   const std::size_t tiles = p1 - p0;
   const std::size_t pair_slices = (2 * w.group_stride + slice - 1) / slice;
-  const std::size_t pf_lines =
-      kPrefetchNextPair
-          ? std::min<std::size_t>((pair_slices + tiles - 1) / tiles, kMaxPrefetchLines)
-          : 0;
+  // Each tile fetches an equal share, whole: a step of one token tile (2-6
+  // decode rows) prefetches the entire next pair itself, since its few
+  // multiply-adds leave the hardware prefetcher too little time to.
+  const std::size_t pf_lines = kPrefetchNextPair ? (pair_slices + tiles - 1) / tiles : 0;
   for (; g + 2 <= g1; g += 2) {
     const std::size_t next = g + 2 < g1 ? (g1 - g - 2 < 2 ? g1 - g - 2 : 2) : 0;
     const std::uint8_t* pf = w.data + (g + 2) * w.group_stride;

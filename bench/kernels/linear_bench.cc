@@ -174,6 +174,70 @@ BENCHMARK_TEMPLATE(BM_DecodeGemv, Linear::Format::kQ4_0)
     ->Iterations(2048)
     ->UseRealTime();
 
+// A batched decode step's GEMM: M rows (one per decoding sequence) against
+// cold weights (the rotating copies, as the GEMV above), so the figure holds
+// both the DRAM stream of the weights and the M rows' multiply-adds; printed
+// as ms per call and as its ratio to M = 1 of the same shape (a perfect
+// overlap of memory and compute keeps that ratio near 1 until the rows'
+// compute outgrows the weights' stream). Args: M, n_out, n_in, threads.
+template <Linear::Format kFormat>
+void BM_BatchedGemm(benchmark::State& state) {
+  const auto m = static_cast<std::size_t>(state.range(0));
+  const auto n_out = static_cast<std::size_t>(state.range(1));
+  const auto n_in = static_cast<std::size_t>(state.range(2));
+  const auto threads = static_cast<std::size_t>(state.range(3));
+  std::vector<Linear>& copies = rotating_copies(kFormat, n_out, n_in);
+  kernels::ThreadPool& pool = bench_pool(threads);
+  const std::vector<float> x = random_floats(m * n_in, 2);
+  std::vector<float> y(m * n_out);
+  CachingAllocator scratch;
+  std::size_t i = 0;
+  if (!copies[0].forward(x.data(), m, y.data(), scratch, &pool).ok()) std::abort();  // warm-up
+  scratch.reset();
+  Stopwatch sw;
+  for (auto _ : state) {
+    const absl::Status s = copies[i].forward(x.data(), m, y.data(), scratch, &pool);
+    if (!s.ok()) state.SkipWithError(std::string(s.message()).c_str());
+    scratch.reset();
+    if (++i == copies.size()) i = 0;
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  const double seconds = sw.seconds() / static_cast<double>(state.iterations());
+  static std::map<std::string, double> one_row_seconds;
+  const std::string shape = std::string(format_name(kFormat)) + " " + std::to_string(n_out) + "x" +
+                            std::to_string(n_in) + " " + std::to_string(threads) + " thr";
+  if (m == 1) one_row_seconds[shape] = seconds;
+  const auto one = one_row_seconds.find(shape);
+  const double ratio = one == one_row_seconds.end() ? 0.0 : seconds / one->second;
+  state.counters["x_m1"] = ratio;
+  summary("batched GEMM (cold weights) " + shape, "M=" + std::to_string(m),
+          fmt("%.0f us = %.2fx M=1, %.0f GMAC/s", seconds * 1e6, ratio,
+              static_cast<double>(m * n_out * n_in) / seconds / 1e9));
+}
+
+BENCHMARK_TEMPLATE(BM_BatchedGemm, Linear::Format::kQ4_0)
+    ->ArgNames({"M", "n_out", "n_in", "threads"})
+    ->Args({1, 5632, 2048, 2})
+    ->Args({2, 5632, 2048, 2})
+    ->Args({4, 5632, 2048, 2})
+    ->Args({6, 5632, 2048, 2})
+    ->Args({8, 5632, 2048, 2})
+    ->Args({12, 5632, 2048, 2})
+    ->Args({16, 5632, 2048, 2})
+    ->Args({32, 5632, 2048, 2})
+    ->Iterations(512)
+    ->UseRealTime();
+
+BENCHMARK_TEMPLATE(BM_BatchedGemm, Linear::Format::kQ8_0)
+    ->ArgNames({"M", "n_out", "n_in", "threads"})
+    ->Args({1, 5632, 2048, 2})
+    ->Args({4, 5632, 2048, 2})
+    ->Args({8, 5632, 2048, 2})
+    ->Args({16, 5632, 2048, 2})
+    ->Iterations(256)
+    ->UseRealTime();
+
 // GFLOP/s of the prefill benchmarks of this run, by name, for the ratio line.
 std::map<std::string, double>& prefill_results() {
   static std::map<std::string, double> r;

@@ -119,7 +119,8 @@ const ActivationOpsKernels kActivationOpsScalar = {
 const ActivationOpsKernels& activation_ops_kernels() {
   // AVX-512 VNNI has nothing of its own here: it uses the AVX-512 table.
   static constexpr PerIsaTables<ActivationOpsKernels> kTables{
-      &kActivationOpsScalar, &kActivationOpsAvx2, &kActivationOpsAvx512, nullptr};
+      &kActivationOpsScalar, HEARTH_SIMD_TABLE(kActivationOpsAvx2),
+      HEARTH_SIMD_TABLE(kActivationOpsAvx512), nullptr};
   return kTables.active();
 }
 

@@ -59,6 +59,9 @@ const CpuFeatures& cpu_features() {
 }
 
 bool isa_supported(Isa isa) {
+#ifdef HEARTH_SCALAR_KERNELS_ONLY
+  return isa == Isa::kScalar;  // no SIMD file was compiled
+#endif
   const CpuFeatures& f = cpu_features();
   const bool avx2 = f.avx2 && f.fma && f.f16c;
   const bool avx512 = avx2 && f.avx512f && f.avx512bw && f.avx512vl && f.avx512dq;

@@ -61,6 +61,16 @@ class ScopedIsa {
 // Instantiate it only in files compiled for the baseline ISA (the
 // dispatchers): a template instantiated under AVX flags could be merged by
 // the linker with the baseline's copy.
+//
+// A build with HEARTH_SCALAR_KERNELS_ONLY (the fuzz build, whose targets
+// parse files and requests and run no kernel) compiles no SIMD file: its
+// dispatchers name their SIMD tables through HEARTH_SIMD_TABLE, which is
+// then nullptr, and isa_supported() reports the scalar level alone.
+#ifdef HEARTH_SCALAR_KERNELS_ONLY
+#define HEARTH_SIMD_TABLE(table) nullptr
+#else
+#define HEARTH_SIMD_TABLE(table) (&(table))
+#endif
 template <class Kernels>
 struct PerIsaTables {
   const Kernels* scalar = nullptr;  // required

@@ -51,8 +51,9 @@ std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to *
 
 const internal::LinearKernels& linear_kernels() {
   using namespace internal;
-  static constexpr PerIsaTables<LinearKernels> kTables{&kLinearScalar, &kLinearAvx2, &kLinearAvx512,
-                                                       &kLinearAvx512Vnni};
+  static constexpr PerIsaTables<LinearKernels> kTables{
+      &kLinearScalar, HEARTH_SIMD_TABLE(kLinearAvx2), HEARTH_SIMD_TABLE(kLinearAvx512),
+      HEARTH_SIMD_TABLE(kLinearAvx512Vnni)};
   return kTables.active();
 }
 

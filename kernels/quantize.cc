@@ -67,8 +67,9 @@ void quantize_row_scalar(const float* x, std::size_t n, const RowParams& p, std:
 
 const QuantizeKernels& active_kernels() {
   // AVX-512 VNNI has nothing of its own here: it uses the AVX-512 table.
-  static constexpr PerIsaTables<QuantizeKernels> kTables{&kQuantizeScalar, &kQuantizeAvx2,
-                                                         &kQuantizeAvx512, nullptr};
+  static constexpr PerIsaTables<QuantizeKernels> kTables{
+      &kQuantizeScalar, HEARTH_SIMD_TABLE(kQuantizeAvx2), HEARTH_SIMD_TABLE(kQuantizeAvx512),
+      nullptr};
   return kTables.active();
 }
 

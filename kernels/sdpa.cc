@@ -118,8 +118,9 @@ std::size_t round_up(std::size_t x) {
 // head_dim (the scalar one serves any).
 const AttentionKernels& select_kernels(std::size_t head_dim) {
   using namespace internal;
-  static constexpr PerIsaTables<AttentionKernels> kTables{&kScalarAttention, &kAvx2Attention,
-                                                          &kAvx512Attention, &kAvx512VnniAttention};
+  static constexpr PerIsaTables<AttentionKernels> kTables{
+      &kScalarAttention, HEARTH_SIMD_TABLE(kAvx2Attention), HEARTH_SIMD_TABLE(kAvx512Attention),
+      HEARTH_SIMD_TABLE(kAvx512VnniAttention)};
   for (int level = static_cast<int>(active_isa()); level > 0; --level) {
     const AttentionKernels& k = kTables.at(static_cast<Isa>(level));
     if (head_dim % k.head_dim_multiple == 0 && (k.max_head_dim == 0 || head_dim <= k.max_head_dim))

@@ -187,4 +187,16 @@ ModuleMemoryReport Module::memory_report() const {
   return r;
 }
 
+absl::Status Module::copy_kv_from(const Module& src, std::size_t begin, std::size_t end) {
+  if (src.weights_ != weights_ || src.context_ != context_ ||
+      src.options_.kv_cache != options_.kv_cache)
+    return absl::InvalidArgumentError(
+        "copy_kv_from: the instances differ in model, context or KV cache type");
+  for (std::size_t l = 0; l < kv_int8_.size(); ++l)
+    HEARTH_RETURN_IF_ERROR(kernels::kv_copy(kv_int8_[l], src.kv_int8_[l], begin, end));
+  for (std::size_t l = 0; l < kv_float_.size(); ++l)
+    HEARTH_RETURN_IF_ERROR(kernels::kv_copy(kv_float_[l], src.kv_float_[l], begin, end));
+  return absl::OkStatus();
+}
+
 }  // namespace hearth::engine

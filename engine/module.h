@@ -120,6 +120,11 @@ class Module {
   // This instance's KV cache, for a BatchedForward step that includes it
   // (the holder of the instance's lease runs that step).
   KvCacheRef kv_cache() const { return {kv_int8_, kv_float_}; }
+  // Copies positions [begin, end) of every layer's KV cache from `src`, an
+  // instance of the same model with the same context and KV type (prefix
+  // reuse: what src computed for the same tokens). Neither instance may run
+  // a forward meanwhile. InvalidArgument when the instances differ.
+  absl::Status copy_kv_from(const Module& src, std::size_t begin, std::size_t end);
 
  private:
   Module() = default;

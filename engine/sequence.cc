@@ -50,6 +50,12 @@ absl::StatusOr<std::unique_ptr<Sequence>> Sequence::start(const Tokenizer& token
   return s;
 }
 
+std::size_t Sequence::skip_cached_prefix(std::size_t cached) {
+  if (pos_ != 0 || prompt_.empty()) return 0;
+  pos_ = std::min(cached, prompt_.size() - 1);
+  return pos_;
+}
+
 std::span<const std::int32_t> Sequence::next_tokens(std::size_t budget) const {
   if (finished_) return {};
   if (prefilling())

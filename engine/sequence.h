@@ -53,6 +53,11 @@ class Sequence {
                                                          const GenerationRequest& request,
                                                          std::size_t context, std::size_t n_vocab);
 
+  // Before the first step: the instance's KV cache already holds the first
+  // `cached` prompt tokens (prefix reuse), so prefill starts after them,
+  // keeping at least the last prompt token to run (its logits give the
+  // first sampled token). Returns the positions skipped.
+  std::size_t skip_cached_prefix(std::size_t cached);
   // What to run next: up to `budget` (>= 1) prompt tokens while prefilling,
   // else the one token sampled last. Empty once finished.
   std::span<const std::int32_t> next_tokens(std::size_t budget) const;

@@ -60,6 +60,31 @@ absl::Status check_append(const KvLayout& layout, std::size_t pos, const float* 
   return absl::OkStatus();
 }
 
+absl::Status check_copy(const KvLayout& dst, const KvLayout& src, std::size_t begin,
+                        std::size_t end, bool null_cache) {
+  HEARTH_RETURN_IF_ERROR(validate_kv_layout(dst));
+  if (null_cache) return absl::InvalidArgumentError("kv_copy: a KV view has a null array");
+  if (dst.n_kv_heads != src.n_kv_heads || dst.head_dim != src.head_dim ||
+      dst.max_seq != src.max_seq)
+    return absl::InvalidArgumentError("kv_copy: the two caches have different layouts");
+  if (begin > end || end > dst.max_seq)
+    return absl::OutOfRangeError(
+        absl::StrCat("kv_copy: positions [", begin, ", ", end, ") outside max_seq ", dst.max_seq));
+  return absl::OkStatus();
+}
+
+// Copies rows [begin, end) of every head of one [n_kv_heads][max_seq][width]
+// array of `elem` bytes per value.
+void copy_rows(void* dst, const void* src, const KvLayout& l, std::size_t width, std::size_t elem,
+               std::size_t begin, std::size_t end) {
+  const std::size_t row_bytes = width * elem;
+  for (std::size_t h = 0; h < l.n_kv_heads; ++h) {
+    const std::size_t first = (h * l.max_seq + begin) * row_bytes;
+    std::memcpy(static_cast<std::uint8_t*>(dst) + first,
+                static_cast<const std::uint8_t*>(src) + first, (end - begin) * row_bytes);
+  }
+}
+
 }  // namespace
 
 absl::Status validate_kv_layout(const KvLayout& layout) {
@@ -150,6 +175,34 @@ absl::Status kv_append(const FloatKvView& kv, std::size_t pos, const float* k_ne
       std::memcpy(kv.v + row * l.head_dim, v_new + src, row_bytes);
     }
   }
+  return absl::OkStatus();
+}
+
+absl::Status kv_copy(const QuantizedKvView& dst, const QuantizedKvView& src, std::size_t begin,
+                     std::size_t end) {
+  auto has_null = [](const QuantizedKvView& kv) {
+    return kv.k == nullptr || kv.v == nullptr || kv.k_scale == nullptr || kv.v_scale == nullptr ||
+           kv.k_zero == nullptr || kv.v_zero == nullptr;
+  };
+  const KvLayout& l = dst.layout;
+  HEARTH_RETURN_IF_ERROR(check_copy(l, src.layout, begin, end, has_null(dst) || has_null(src)));
+  copy_rows(dst.k, src.k, l, l.head_dim, 1, begin, end);
+  copy_rows(dst.v, src.v, l, l.head_dim, 1, begin, end);
+  copy_rows(dst.k_scale, src.k_scale, l, 1, sizeof(float), begin, end);
+  copy_rows(dst.v_scale, src.v_scale, l, 1, sizeof(float), begin, end);
+  copy_rows(dst.k_zero, src.k_zero, l, 1, 1, begin, end);
+  copy_rows(dst.v_zero, src.v_zero, l, 1, 1, begin, end);
+  return absl::OkStatus();
+}
+
+absl::Status kv_copy(const FloatKvView& dst, const FloatKvView& src, std::size_t begin,
+                     std::size_t end) {
+  const bool null_cache =
+      dst.k == nullptr || dst.v == nullptr || src.k == nullptr || src.v == nullptr;
+  const KvLayout& l = dst.layout;
+  HEARTH_RETURN_IF_ERROR(check_copy(l, src.layout, begin, end, null_cache));
+  copy_rows(dst.k, src.k, l, l.head_dim, sizeof(float), begin, end);
+  copy_rows(dst.v, src.v, l, l.head_dim, sizeof(float), begin, end);
   return absl::OkStatus();
 }
 

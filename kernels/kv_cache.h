@@ -100,4 +100,14 @@ absl::Status kv_append(const QuantizedKvView& kv, std::size_t pos, const float* 
 absl::Status kv_append(const FloatKvView& kv, std::size_t pos, const float* k_new,
                        const float* v_new, std::size_t n_tokens);
 
+// Copies positions [begin, end) of every KV head from `src` to `dst`, rows as
+// stored (an int8 row with its scale and zero point): what another cache
+// computed for the same tokens at the same positions, without a forward.
+// Errors: InvalidArgument when the layouts differ or a view is invalid;
+// OutOfRange when end > max_seq or begin > end. Nothing is written on error.
+absl::Status kv_copy(const QuantizedKvView& dst, const QuantizedKvView& src, std::size_t begin,
+                     std::size_t end);
+absl::Status kv_copy(const FloatKvView& dst, const FloatKvView& src, std::size_t begin,
+                     std::size_t end);
+
 }  // namespace hearth::kernels

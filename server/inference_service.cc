@@ -152,6 +152,7 @@ grpc::Status InferenceService::run(grpc::ServerContext* context,
   call.method = record.method;
   call.model = request.model();
   map_generation_request(request, path_.options().max_tokens_limit, call.request);
+  call.reuse_prefix = !request.disable_prefix_reuse();
 
   CallContext call_context;
   call_context.deadline = steady_deadline(*context);
@@ -188,6 +189,7 @@ grpc::Status InferenceService::run(grpc::ServerContext* context,
   hearth::v1::Usage* usage = done.mutable_usage();
   usage->set_prompt_tokens(static_cast<std::uint32_t>(outcome->prompt_ids.size()));
   usage->set_generated_tokens(static_cast<std::uint32_t>(outcome->generated_tokens));
+  usage->set_cached_tokens(static_cast<std::uint32_t>(outcome->cached_tokens));
   if (request.echo_prompt_ids())
     for (std::int32_t id : outcome->prompt_ids) usage->add_prompt_ids(id);
   hearth::v1::Timings* t = done.mutable_timings();

@@ -199,6 +199,7 @@ struct MetricsExporter::ModelMetrics {
   prometheus::Histogram* ttft;
   prometheus::Histogram* inter_token;
   prometheus::Counter* prompt_tokens;
+  prometheus::Counter* prompt_tokens_cached;
   prometheus::Counter* generated_tokens;
   std::map<std::string, prometheus::Histogram*> duration;  // by method; guarded by models_mu_
 };
@@ -439,6 +440,11 @@ MetricsExporter::MetricsExporter() : request_registry_(std::make_shared<promethe
                         .Name("hearth_prompt_tokens_total")
                         .Help("Prompt tokens of generation requests (counted once tokenized).")
                         .Register(r);
+  prompt_tokens_cached_ =
+      &prometheus::BuildCounter()
+           .Name("hearth_prompt_tokens_cached_total")
+           .Help("Prompt tokens found in an instance's KV cache (prefix reuse), not recomputed.")
+           .Register(r);
   generated_tokens_ = &prometheus::BuildCounter()
                            .Name("hearth_generated_tokens_total")
                            .Help("Tokens generated.")
@@ -529,6 +535,7 @@ MetricsExporter::ModelMetrics& MetricsExporter::model_metrics(const std::string&
                                                     &ttft_->Add(labels, latency_buckets()),
                                                     &inter_token_->Add(labels, latency_buckets()),
                                                     &prompt_tokens_->Add(labels),
+                                                    &prompt_tokens_cached_->Add(labels),
                                                     &generated_tokens_->Add(labels),
                                                     {}});
   }
@@ -586,6 +593,7 @@ void MetricsExporter::on_request_done(const RequestRecord& r) {
     if (r.queue_s >= 0) m.queue_wait->Observe(r.queue_s);
     if (r.time_to_first_token_s >= 0) m.ttft->Observe(r.time_to_first_token_s);
     m.prompt_tokens->Increment(static_cast<double>(r.prompt_tokens));
+    m.prompt_tokens_cached->Increment(static_cast<double>(r.cached_tokens));
     m.generated_tokens->Increment(static_cast<double>(r.generated_tokens));
     if (r.temp_lookups > 0) {
       std::lock_guard<std::mutex> lock(temp_mu_);

@@ -22,6 +22,8 @@
 //   hearth_time_to_first_token_seconds{model}              histogram
 //   hearth_inter_token_latency_seconds{model}              histogram (token to next token)
 //   hearth_prompt_tokens_total{model}                      counter
+//   hearth_prompt_tokens_cached_total{model}               counter (prompt tokens found in a
+//                                                          KV cache: prefix reuse)
 //   hearth_generated_tokens_total{model}                   counter
 //   Batched steps (continuous batching: one step runs every running sequence
 //   of a model that has room, decode tokens plus prompt chunks)
@@ -169,6 +171,7 @@ class MetricsExporter final : public RequestObserver, public StepObserver {
   prometheus::Family<prometheus::Histogram>* ttft_ = nullptr;
   prometheus::Family<prometheus::Histogram>* inter_token_ = nullptr;
   prometheus::Family<prometheus::Counter>* prompt_tokens_ = nullptr;
+  prometheus::Family<prometheus::Counter>* prompt_tokens_cached_ = nullptr;
   prometheus::Family<prometheus::Counter>* generated_tokens_ = nullptr;
   prometheus::Family<prometheus::Histogram>* step_sequences_ = nullptr;
   prometheus::Family<prometheus::Histogram>* step_tokens_ = nullptr;

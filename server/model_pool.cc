@@ -59,7 +59,11 @@ absl::StatusOr<std::unique_ptr<ModelPool>> ModelPool::load(const ModelSpec& spec
   StepLoopOptions loop_options;
   loop_options.step_tokens = spec.step_tokens;
   loop_options.max_sequences = spec.instances;
-  auto loop = StepLoop::start(spec.name, pool->weights_, loop_options, kernel_pool, steps);
+  std::vector<engine::Module*> modules;
+  for (const auto& m : pool->instances_) modules.push_back(m.get());
+  pool->prefixes_ = std::make_unique<KvPrefixIndex>(std::move(modules), pool->context_);
+  auto loop = StepLoop::start(spec.name, pool->weights_, loop_options, kernel_pool, steps,
+                              pool->prefixes_.get());
   if (!loop.ok()) return fail(loop.status());
   pool->step_loop_ = std::move(*loop);
   return pool;
@@ -73,17 +77,20 @@ ModelPool::Lease::~Lease() {
 
 engine::Module& ModelPool::Lease::module() const { return *pool_->instances_[index_]; }
 
+std::size_t ModelPool::take_free(std::span<const std::int32_t> prompt) {
+  const std::size_t index = prompt.empty() ? free_.back() : prefixes_->choose(free_, prompt);
+  free_.erase(std::find(free_.begin(), free_.end(), index));
+  return index;
+}
+
 absl::StatusOr<ModelPool::Lease> ModelPool::acquire(Clock::time_point deadline,
-                                                    const std::function<bool()>& cancelled) {
+                                                    const std::function<bool()>& cancelled,
+                                                    std::span<const std::int32_t> prompt) {
   std::unique_lock<std::mutex> lock(mu_);
   if (draining_)
     return absl::UnavailableError(
         str_cat("model '", spec_.name, "' is not accepting requests: the server is shutting down"));
-  if (waiters_.empty() && !free_.empty()) {
-    const std::size_t index = free_.back();
-    free_.pop_back();
-    return Lease(this, index);
-  }
+  if (waiters_.empty() && !free_.empty()) return Lease(this, take_free(prompt));
   // Waiters that already timed out do not hold a place against a new
   // request (they leave within one poll interval).
   if (const std::size_t live = live_waiters(Clock::now()); live >= spec_.queue)
@@ -104,8 +111,7 @@ absl::StatusOr<ModelPool::Lease> ModelPool::acquire(Clock::time_point deadline,
           "model '", spec_.name, "' is not accepting requests: the server is shutting down"));
     }
     if (waiters_.front().ticket == ticket && !free_.empty()) {
-      const std::size_t index = free_.back();
-      free_.pop_back();
+      const std::size_t index = take_free(prompt);
       leave();
       return Lease(this, index);
     }

@@ -30,6 +30,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,7 @@
 #include "engine/module.h"
 #include "engine/tokenizer.h"
 #include "engine/weights.h"
+#include "server/kv_prefix_index.h"
 #include "server/model_spec.h"
 #include "server/step_loop.h"
 
@@ -83,10 +85,12 @@ class ModelPool {
   };
 
   // Borrows an instance, waiting in the queue until `deadline` if all are
-  // busy. `cancelled` is polled while waiting. Errors: UNAVAILABLE (queue
-  // full, or draining), DEADLINE_EXCEEDED, CANCELLED; each message names the
-  // model.
-  absl::StatusOr<Lease> acquire(Clock::time_point deadline, const std::function<bool()>& cancelled);
+  // busy: of the free ones, the one whose KV cache shares the longest prefix
+  // with `prompt` (KvPrefixIndex::choose; empty: any). `cancelled` is polled
+  // while waiting. Errors: UNAVAILABLE (queue full, or draining),
+  // DEADLINE_EXCEEDED, CANCELLED; each message names the model.
+  absl::StatusOr<Lease> acquire(Clock::time_point deadline, const std::function<bool()>& cancelled,
+                                std::span<const std::int32_t> prompt = {});
 
   // No new acquire() succeeds from now on; waiters are released with
   // UNAVAILABLE. Leases already held stay valid.
@@ -105,12 +109,16 @@ class ModelPool {
   // One instance's memory as measured after its warm-up at load (every
   // instance of a model has the same plan; weights are shared by all).
   const engine::ModuleMemoryReport& instance_memory() const { return instance_memory_; }
+  // What each instance's KV cache holds (prefix reuse).
+  const KvPrefixIndex& prefixes() const { return *prefixes_; }
   // The loop that steps every generation of this model.
   StepLoop& step_loop() const { return *step_loop_; }
 
  private:
   explicit ModelPool(ModelSpec spec) : spec_(std::move(spec)) {}
   void release(std::size_t index);
+  // Takes the free instance acquire() hands out. Requires mu_, free_ not empty.
+  std::size_t take_free(std::span<const std::int32_t> prompt);
 
   const ModelSpec spec_;
   std::shared_ptr<const engine::ModelWeights> weights_;
@@ -120,7 +128,8 @@ class ModelPool {
   std::size_t max_chunk_ = 0;
   std::uint64_t parameters_ = 0;
   engine::ModuleMemoryReport instance_memory_;
-  std::unique_ptr<StepLoop> step_loop_;  // started last, stopped first
+  std::unique_ptr<KvPrefixIndex> prefixes_;  // what each instance's KV cache holds
+  std::unique_ptr<StepLoop> step_loop_;      // started last, stopped first
 
   mutable std::mutex mu_;
   std::condition_variable changed_;  // an instance came back, a waiter left, or draining

@@ -25,6 +25,7 @@ struct RequestRecord {
   double duration_s = 0;              // arrival to the final status
   std::size_t prompt_tokens = 0;
   std::size_t generated_tokens = 0;
+  std::size_t cached_tokens = 0;  // prompt tokens served from a KV cache
   // The step loop's temp allocator over the steps of this generation (0
   // when none ran).
   std::uint64_t temp_lookups = 0, temp_hits = 0, temp_peak_bytes = 0;

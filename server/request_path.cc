@@ -111,17 +111,19 @@ absl::StatusOr<GenerateOutcome> RequestPath::generate(const GenerateCall& call, 
   if (!sequence.ok()) return sequence.status();
   record.prompt_tokens = request.prompt_ids.size();
 
-  absl::StatusOr<ModelPool::Lease> lease = pool.acquire(context.deadline, context.cancelled);
+  absl::StatusOr<ModelPool::Lease> lease =
+      pool.acquire(context.deadline, context.cancelled, request.prompt_ids);
   const Clock::time_point started = Clock::now();
   record.queue_s = seconds_between(record.arrival, started);
   if (!lease.ok()) return lease.status();
 
   TimedSink timed(sink, record, observer_);
-  absl::StatusOr<RunResult> run =
-      pool.step_loop().run(lease->module(), **sequence, timed, context, aborted_);
+  absl::StatusOr<RunResult> run = pool.step_loop().run(
+      lease->module(), lease->index(), call.reuse_prefix, **sequence, timed, context, aborted_);
   if (!run.ok()) return run.status();
   const engine::Sequence& seq = **sequence;
   record.generated_tokens = seq.generated_ids().size();
+  record.cached_tokens = run->cached_tokens;
   record.temp_lookups = run->temp_lookups;
   record.temp_hits = run->temp_hits;
   record.temp_peak_bytes = run->temp_peak_bytes;
@@ -141,6 +143,7 @@ absl::StatusOr<GenerateOutcome> RequestPath::generate(const GenerateCall& call, 
   out.finish = seq.finish();
   out.prompt_ids.assign(seq.prompt_ids().begin(), seq.prompt_ids().end());
   out.generated_tokens = seq.generated_ids().size();
+  out.cached_tokens = run->cached_tokens;
   out.instance = lease->index();
   out.queue_s = record.queue_s;
   out.time_to_first_token_s = record.time_to_first_token_s < 0 ? 0 : record.time_to_first_token_s;

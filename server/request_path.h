@@ -49,12 +49,16 @@ struct GenerateCall {
   std::string method;  // for the record: "Generate", "Complete", ...
   std::string model;
   engine::GenerationRequest request;  // prompt text (not ids), sampling, stop, max_tokens...
+  // Start prefill after the longest prefix of the prompt already in one of
+  // the model's KV caches (server/kv_prefix_index.h).
+  bool reuse_prefix = true;
 };
 
 struct GenerateOutcome {
   engine::FinishReason finish = engine::FinishReason::kMaxTokens;
   std::vector<std::int32_t> prompt_ids;
   std::size_t generated_tokens = 0;
+  std::size_t cached_tokens = 0;  // prompt tokens found in a KV cache, not run
   std::size_t instance = 0;
   double queue_s = 0, time_to_first_token_s = 0, total_s = 0;
   double prefill_tokens_per_s = 0, decode_tokens_per_s = 0;

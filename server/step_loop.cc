@@ -27,6 +27,8 @@ constexpr std::chrono::milliseconds kStalledPoll{1};
 // loop stops touching it once it sets `done` (under mu_).
 struct StepLoop::Active {
   engine::Module* instance = nullptr;
+  std::size_t instance_index = 0;
+  bool reuse_prefix = false;
   engine::Sequence* sequence = nullptr;
   PieceSink* sink = nullptr;
   const CallContext* call = nullptr;
@@ -42,7 +44,8 @@ struct StepLoop::Active {
 
 absl::StatusOr<std::unique_ptr<StepLoop>> StepLoop::start(
     std::string model, std::shared_ptr<const engine::ModelWeights> weights,
-    const StepLoopOptions& options, kernels::ThreadPool* pool, StepObserver* observer) {
+    const StepLoopOptions& options, kernels::ThreadPool* pool, StepObserver* observer,
+    KvPrefixIndex* prefixes) {
   if (options.step_tokens == 0) return absl::InvalidArgumentError("step_tokens must be at least 1");
   if (options.max_sequences == 0)
     return absl::InvalidArgumentError("a step loop needs at least one instance");
@@ -50,6 +53,7 @@ absl::StatusOr<std::unique_ptr<StepLoop>> StepLoop::start(
   loop->model_ = std::move(model);
   loop->options_ = options;
   loop->observer_ = observer;
+  loop->prefixes_ = prefixes;
   // The largest step: every sequence decoding plus a full budget of prompt
   // rows (a prompt always gets at least one row).
   engine::BatchOptions batch;
@@ -62,6 +66,7 @@ absl::StatusOr<std::unique_ptr<StepLoop>> StepLoop::start(
   loop->active_.reserve(options.max_sequences);
   loop->inputs_.reserve(options.max_sequences);
   loop->stepped_.reserve(options.max_sequences);
+  loop->arrived_.reserve(options.max_sequences);
   loop->thread_ = std::thread([l = loop.get()] { l->loop(); });
   return loop;
 }
@@ -75,11 +80,14 @@ StepLoop::~StepLoop() {
   if (thread_.joinable()) thread_.join();
 }
 
-absl::StatusOr<RunResult> StepLoop::run(engine::Module& instance, engine::Sequence& sequence,
+absl::StatusOr<RunResult> StepLoop::run(engine::Module& instance, std::size_t instance_index,
+                                        bool reuse_prefix, engine::Sequence& sequence,
                                         PieceSink& sink, const CallContext& call,
                                         const std::atomic<bool>& aborted) {
   Active a;
   a.instance = &instance;
+  a.instance_index = instance_index;
+  a.reuse_prefix = reuse_prefix;
   a.sequence = &sequence;
   a.sink = &sink;
   a.call = &call;
@@ -120,6 +128,24 @@ void StepLoop::retire(Active& a, RunResult::Ended ended, absl::Status status) {
   done_.notify_all();
 }
 
+void StepLoop::take_in(std::vector<Active*>& arrived) {
+  for (Active* a : arrived) {
+    if (prefixes_ != nullptr) {
+      absl::StatusOr<std::size_t> cached =
+          prefixes_->prepare(a->instance_index, a->sequence->prompt_ids(), a->reuse_prefix);
+      if (!cached.ok()) {
+        retire(*a, RunResult::Ended::kFinished,
+               absl::Status(cached.status().code(),
+                            str_cat("model '", model_, "': ", cached.status().message())));
+        continue;
+      }
+      a->result.cached_tokens = a->sequence->skip_cached_prefix(*cached);
+    }
+    active_.push_back(a);
+  }
+  arrived.clear();
+}
+
 void StepLoop::loop() {
   const std::size_t n_vocab = forward_->weights().config().n_vocab;
   for (;;) {
@@ -127,9 +153,10 @@ void StepLoop::loop() {
       std::unique_lock<std::mutex> lock(mu_);
       wake_.wait(lock, [&] { return stop_ || !inbox_.empty() || !active_.empty(); });
       if (stop_ && inbox_.empty() && active_.empty()) return;
-      active_.insert(active_.end(), inbox_.begin(), inbox_.end());
+      arrived_.assign(inbox_.begin(), inbox_.end());
       inbox_.clear();
     }
+    take_in(arrived_);
     // 1. Calls that are over leave before the step.
     const Clock::time_point now = Clock::now();
     for (Active*& a : active_) {
@@ -186,6 +213,9 @@ void StepLoop::loop() {
       TempAllocatorLease temp;  // this step's scratch, reset when it ends
       const CachingAllocatorStats before = temp.allocator().stats();
       absl::StatusOr<std::span<const float>> logits = forward_->step(inputs_);
+      if (logits.ok() && prefixes_ != nullptr)
+        for (std::size_t i = 0; i < stepped_.size(); ++i)
+          prefixes_->wrote(stepped_[i]->instance_index, inputs_[i].start_pos, inputs_[i].tokens);
       std::size_t row = 0;
       for (std::size_t i = 0; i < stepped_.size(); ++i) {
         Active& a = *stepped_[i];

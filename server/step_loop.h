@@ -50,6 +50,7 @@
 #include "engine/generation.h"
 #include "engine/sequence.h"
 #include "engine/tokenizer.h"
+#include "server/kv_prefix_index.h"
 #include "server/piece_sink.h"
 
 namespace hearth::server {
@@ -79,6 +80,8 @@ struct RunResult {
   Ended ended = Ended::kFinished;
   double time_to_first_token_s = -1;  // from run(); < 0: no token was sampled
   double prefill_s = 0, decode_s = 0;
+  // Prompt tokens found in the instance's KV cache (prefix reuse), not run.
+  std::size_t cached_tokens = 0;
   // The loop's temp allocator over the steps this sequence was in.
   std::uint64_t temp_lookups = 0, temp_hits = 0, temp_peak_bytes = 0;
 };
@@ -93,23 +96,27 @@ struct StepLoopOptions {
 class StepLoop {
  public:
   // Plans the batched forward for the largest step and starts the thread.
-  // `observer` may be nullptr; it and `tokenizer` outlive the loop.
+  // `observer` and `prefixes` may be nullptr (no prefix reuse); both outlive
+  // the loop.
   static absl::StatusOr<std::unique_ptr<StepLoop>> start(
       std::string model, std::shared_ptr<const engine::ModelWeights> weights,
-      const StepLoopOptions& options, kernels::ThreadPool* pool, StepObserver* observer);
+      const StepLoopOptions& options, kernels::ThreadPool* pool, StepObserver* observer,
+      KvPrefixIndex* prefixes = nullptr);
   // Stops the thread. No run() may be in progress.
   ~StepLoop();
   StepLoop(const StepLoop&) = delete;
   StepLoop& operator=(const StepLoop&) = delete;
 
   // Runs `sequence` on `instance` (held by the caller's lease, used by no
-  // one else until this returns) until it ends, handing its pieces to
-  // `sink`; blocks the calling thread meanwhile. `aborted` (the server's
+  // one else until this returns; `instance_index` is its lease index) until
+  // it ends, handing its pieces to `sink`; blocks the calling thread
+  // meanwhile. With `reuse_prefix`, prefill starts after the longest prefix
+  // of the prompt that the model's instances hold (KvPrefixIndex). `aborted` (the server's
   // grace period is over) is polled like the call context. Errors from the
   // forward or the sampler end this sequence only and are returned.
-  absl::StatusOr<RunResult> run(engine::Module& instance, engine::Sequence& sequence,
-                                PieceSink& sink, const CallContext& call,
-                                const std::atomic<bool>& aborted);
+  absl::StatusOr<RunResult> run(engine::Module& instance, std::size_t instance_index,
+                                bool reuse_prefix, engine::Sequence& sequence, PieceSink& sink,
+                                const CallContext& call, const std::atomic<bool>& aborted);
 
   // Sequences being stepped now (handed over and not yet returned).
   std::size_t running() const { return running_.load(std::memory_order_relaxed); }
@@ -123,10 +130,14 @@ class StepLoop {
   void loop();
   // Ends `a` as `ended` / with `status` and wakes its run().
   void retire(Active& a, RunResult::Ended ended, absl::Status status);
+  // Takes the sequences handed over into the active set, each after its
+  // instance's cache got the prompt's longest cached prefix.
+  void take_in(std::vector<Active*>& arrived);
 
   std::string model_;
   StepLoopOptions options_;
   StepObserver* observer_ = nullptr;
+  KvPrefixIndex* prefixes_ = nullptr;
   std::unique_ptr<engine::BatchedForward> forward_;
 
   std::mutex mu_;
@@ -139,6 +150,7 @@ class StepLoop {
   std::vector<Active*> active_;
   std::vector<engine::StepInput> inputs_;
   std::vector<Active*> stepped_;
+  std::vector<Active*> arrived_;
 
   std::atomic<std::size_t> running_{0};
   std::atomic<std::size_t> kv_in_use_{0};

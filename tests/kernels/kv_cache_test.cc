@@ -193,5 +193,69 @@ TEST(KvAppend, MakesNoHeapAllocation) {
   EXPECT_EQ(counter.allocations(), 0u);
 }
 
+// A copied range holds the source's rows byte for byte (codes, scales, zero
+// points), and the destination's other positions keep what they held.
+TEST(KvCopy, CopiesExactlyTheRangeOfEveryHead) {
+  const KvLayout l{3, 24, 9};
+  const std::size_t qb = quantized_kv_bytes(l);
+  Buffer src_mem = alloc64(qb), dst_mem = alloc64(qb);
+  std::memset(dst_mem.get(), 0x5a, qb);
+  const QuantizedKvView src = quantized_kv_view(l, src_mem.get());
+  const QuantizedKvView dst = quantized_kv_view(l, dst_mem.get());
+  const std::vector<float> k = random_rows(9 * l.n_kv_heads, l.head_dim, 7);
+  const std::vector<float> v = random_rows(9 * l.n_kv_heads, l.head_dim, 8);
+  ASSERT_TRUE(kv_append(src, 0, k.data(), v.data(), 9).ok());
+  ASSERT_TRUE(kv_copy(dst, src, 2, 6).ok());
+  for (std::size_t h = 0; h < l.n_kv_heads; ++h)
+    for (std::size_t p = 0; p < l.max_seq; ++p) {
+      const std::size_t row = h * l.max_seq + p;
+      const bool copied = p >= 2 && p < 6;
+      for (std::size_t d = 0; d < l.head_dim; ++d) {
+        EXPECT_EQ(dst.k[row * l.head_dim + d], copied ? src.k[row * l.head_dim + d] : 0x5a);
+        EXPECT_EQ(dst.v[row * l.head_dim + d], copied ? src.v[row * l.head_dim + d] : 0x5a);
+      }
+      EXPECT_EQ(dst.k_zero[row], copied ? src.k_zero[row] : 0x5a);
+      EXPECT_EQ(dst.v_zero[row], copied ? src.v_zero[row] : 0x5a);
+      if (copied) {
+        EXPECT_EQ(dst.k_scale[row], src.k_scale[row]);
+        EXPECT_EQ(dst.v_scale[row], src.v_scale[row]);
+      }
+    }
+  // Float caches: the same range, exact.
+  const std::size_t fb = float_kv_bytes(l);
+  Buffer fsrc_mem = alloc64(fb), fdst_mem = alloc64(fb);
+  std::memset(fdst_mem.get(), 0, fb);
+  const FloatKvView fsrc = float_kv_view(l, fsrc_mem.get());
+  const FloatKvView fdst = float_kv_view(l, fdst_mem.get());
+  ASSERT_TRUE(kv_append(fsrc, 0, k.data(), v.data(), 9).ok());
+  ASSERT_TRUE(kv_copy(fdst, fsrc, 0, 9).ok());
+  EXPECT_EQ(std::memcmp(fdst.k, fsrc.k, l.n_kv_heads * l.max_seq * l.head_dim * 4), 0);
+  EXPECT_EQ(std::memcmp(fdst.v, fsrc.v, l.n_kv_heads * l.max_seq * l.head_dim * 4), 0);
+}
+
+TEST(KvCopy, MismatchedLayoutsAndBadRangesWriteNothing) {
+  const KvLayout l{2, 16, 8};
+  const std::size_t qb = quantized_kv_bytes(l);
+  Buffer a_mem = alloc64(qb), b_mem = alloc64(qb);
+  std::memset(a_mem.get(), 0x11, qb);
+  std::memset(b_mem.get(), 0x22, qb);
+  const QuantizedKvView a = quantized_kv_view(l, a_mem.get());
+  const QuantizedKvView b = quantized_kv_view(l, b_mem.get());
+  absl::Status s = kv_copy(a, b, 3, 9);
+  EXPECT_EQ(s.code(), absl::StatusCode::kOutOfRange) << s;
+  EXPECT_NE(s.message().find("max_seq 8"), std::string::npos) << s;
+  EXPECT_EQ(kv_copy(a, b, 5, 4).code(), absl::StatusCode::kOutOfRange);
+  QuantizedKvView other = b;
+  other.layout.max_seq = 4;
+  s = kv_copy(a, other, 0, 2);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << s;
+  EXPECT_NE(s.message().find("different layouts"), std::string::npos) << s;
+  other = b;
+  other.k_scale = nullptr;
+  EXPECT_EQ(kv_copy(a, other, 0, 2).code(), absl::StatusCode::kInvalidArgument);
+  for (std::size_t i = 0; i < qb; ++i) ASSERT_EQ(a_mem.get()[i], std::byte{0x11});
+  EXPECT_TRUE(kv_copy(a, b, 8, 8).ok());  // an empty range at the end
+}
+
 }  // namespace
 }  // namespace hearth::kernels

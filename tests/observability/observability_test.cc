@@ -57,7 +57,7 @@ constexpr char kUnknownModel[] = "(unknown)";
 
 struct GenerateOutcome {
   grpc::Status status;
-  std::uint32_t prompt_tokens = 0, generated_tokens = 0;
+  std::uint32_t prompt_tokens = 0, generated_tokens = 0, cached_tokens = 0;
 };
 
 std::unique_ptr<v1::Inference::Stub> connect(const std::string& address) {
@@ -82,6 +82,7 @@ GenerateOutcome generate(v1::Inference::Stub& stub, const std::string& model,
     if (msg.has_done()) {
       out.prompt_tokens = msg.done().usage().prompt_tokens();
       out.generated_tokens = msg.done().usage().generated_tokens();
+      out.cached_tokens = msg.done().usage().cached_tokens();
     }
   }
   out.status = reader->Finish();
@@ -108,6 +109,7 @@ GenerateOutcome complete(v1::Inference::Stub& stub, const std::string& prompt,
   out.status = stub.Complete(&ctx, req, &resp);
   out.prompt_tokens = resp.done().usage().prompt_tokens();
   out.generated_tokens = resp.done().usage().generated_tokens();
+  out.cached_tokens = resp.done().usage().cached_tokens();
   return out;
 }
 
@@ -228,7 +230,7 @@ TEST_F(LiveServer, RequestsMoveTheMetrics) {
   const Scrape before = scrape();
 
   constexpr int kGenerates = 6;
-  std::uint64_t prompt_tokens = 0, generated_tokens = 0, inter_tokens = 0;
+  std::uint64_t prompt_tokens = 0, generated_tokens = 0, inter_tokens = 0, cached_tokens = 0;
   for (int i = 0; i < kGenerates; ++i) {
     const GenerateOutcome g =
         generate(*stub_, kModel, "request number " + std::to_string(i) + " of the test", 64);
@@ -237,19 +239,25 @@ TEST_F(LiveServer, RequestsMoveTheMetrics) {
     prompt_tokens += g.prompt_tokens;
     generated_tokens += g.generated_tokens;
     inter_tokens += g.generated_tokens - 1;
+    cached_tokens += g.cached_tokens;
   }
   const GenerateOutcome c = complete(*stub_, "one completion", 64);
   ASSERT_TRUE(c.status.ok()) << c.status.error_message();
   prompt_tokens += c.prompt_tokens;
   generated_tokens += c.generated_tokens;
   inter_tokens += c.generated_tokens - 1;
+  cached_tokens += c.cached_tokens;
+  // The prompts share their first tokens ("request number"), which the
+  // one instance's KV cache holds from the request before (prefix reuse).
+  EXPECT_GT(cached_tokens, 0u);
   EXPECT_EQ(generate(*stub_, "no-such-model", "hello", 4).status.error_code(),
             grpc::StatusCode::NOT_FOUND);
   const std::map<std::string, std::string> demo = {{"model", kModel}};
-  // Each generation ran its prompt and every generated token but the last
-  // (the last is sampled, never run): the tokens of every step, summed.
+  // Each generation ran its prompt but the tokens found in the KV cache,
+  // and every generated token but the last (the last is sampled, never
+  // run): the tokens of every step, summed.
   const double step_tokens =
-      static_cast<double>(prompt_tokens + generated_tokens - (kGenerates + 1));
+      static_cast<double>(prompt_tokens - cached_tokens + generated_tokens - (kGenerates + 1));
   const Scrape after = scrape_until([&](const Scrape& s) {
     return s.sum("hearth_step_tokens_sum", demo) - before.sum("hearth_step_tokens_sum", demo) >=
                step_tokens &&
@@ -330,6 +338,7 @@ TEST_F(LiveServer, RequestsMoveTheMetrics) {
   EXPECT_EQ(delta("hearth_inter_token_latency_seconds_count", demo),
             static_cast<double>(inter_tokens));
   EXPECT_EQ(delta("hearth_prompt_tokens_total", demo), static_cast<double>(prompt_tokens));
+  EXPECT_EQ(delta("hearth_prompt_tokens_cached_total", demo), static_cast<double>(cached_tokens));
   EXPECT_EQ(delta("hearth_generated_tokens_total", demo), static_cast<double>(generated_tokens));
   for (const char* h :
        {"hearth_request_duration_seconds", "hearth_time_to_first_token_seconds",

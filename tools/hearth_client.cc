@@ -118,6 +118,13 @@ fault mix (each request independently, chosen from --mix-seed):
                           and the inter-token latency of the others (all their gaps,
                           and the gaps that overlap a long prompt's prefill)
   --mix-seed S            seed of these choices (default 1)
+prefix reuse (the summary counts the prompt tokens served from a KV cache):
+  --shared-prefix-tokens N  every prompt: one shared prefix of about N tokens, then
+                          the request's own --prompt-tokens (default 20) words
+  --chat-turns T          --concurrency conversations of T turns; each turn resends
+                          the conversation so far plus its own words (--requests is
+                          then concurrency x T)
+  --no-prefix-reuse       set disable_prefix_reuse: every prompt is computed whole
 
 )";
 
@@ -468,16 +475,18 @@ int cmd_health(int argc, char** argv) {
 
 int cmd_bench(int argc, char** argv) {
   const std::string tool = "hearth bench";
-  Flags flags = make_flags(
-      tool,
-      {"model", "concurrency", "requests", "warmup", "prompt", "prompt-tokens", "max-tokens",
-       "temperature", "seed", "cancel-fraction", "deadline-fraction", "short-deadline-ms",
-       "short-deadline-max-tokens", "long-prompt-fraction", "long-prompt-tokens", "mix-seed"},
-      {"json", "quiet", "ignore-eos"});
+  Flags flags =
+      make_flags(tool,
+                 {"model", "concurrency", "requests", "warmup", "prompt", "prompt-tokens",
+                  "max-tokens", "temperature", "seed", "cancel-fraction", "deadline-fraction",
+                  "short-deadline-ms", "short-deadline-max-tokens", "long-prompt-fraction",
+                  "long-prompt-tokens", "mix-seed", "shared-prefix-tokens", "chat-turns"},
+                 {"json", "quiet", "ignore-eos", "prefix-reuse"});
   if (auto rc = parse_flags(flags, tool, kBenchUsage, argc, argv)) return *rc;
   hearth::client::BenchOptions o;
   std::int64_t concurrency = 1, requests = 10, warmup = 0, prompt_tokens = 0, max_tokens = 64,
-               seed = 0, long_tokens = 512, mix_seed = 1, short_max_tokens = 0;
+               seed = 0, long_tokens = 512, mix_seed = 1, short_max_tokens = 0, shared_prefix = 0,
+               chat_turns = 0;
   double temperature = 0, cancel = 0, deadline = 0, short_ms = 50, long_fraction = 0;
   const bool ok = flags.get_int("concurrency", 1, 4096, &concurrency) &&
                   flags.get_int("requests", 1, 100000000, &requests) &&
@@ -488,6 +497,8 @@ int cmd_bench(int argc, char** argv) {
                   flags.get_int("short-deadline-max-tokens", 1, 1 << 20, &short_max_tokens) &&
                   flags.get_int("long-prompt-tokens", 1, 1 << 20, &long_tokens) &&
                   flags.get_int("mix-seed", 0, INT64_MAX, &mix_seed) &&
+                  flags.get_int("shared-prefix-tokens", 0, 1 << 20, &shared_prefix) &&
+                  flags.get_int("chat-turns", 0, 1 << 20, &chat_turns) &&
                   flags.get_float("temperature", 0, 100, &temperature) &&
                   flags.get_float("cancel-fraction", 0, 1, &cancel) &&
                   flags.get_float("deadline-fraction", 0, 1, &deadline) &&
@@ -515,6 +526,11 @@ int cmd_bench(int argc, char** argv) {
   o.short_deadline_max_tokens = static_cast<std::uint32_t>(short_max_tokens);
   o.long_prompt_fraction = long_fraction;
   o.ignore_eos = flags.get_bool("ignore-eos").value_or(true);
+  o.shared_prefix_tokens = static_cast<std::size_t>(shared_prefix);
+  o.chat_turns = static_cast<std::size_t>(chat_turns);
+  o.prefix_reuse = flags.get_bool("prefix-reuse").value_or(true);
+  if (o.chat_turns > 0 && o.shared_prefix_tokens > 0)
+    return usage_error(tool + ": --chat-turns and --shared-prefix-tokens: give one, not both");
   o.progress = !flags.get_bool("quiet").value_or(false) && isatty(STDERR_FILENO) == 1;
   const bool json = flags.get_bool("json").value_or(false);
 

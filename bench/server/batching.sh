@@ -240,21 +240,8 @@ else
   model_desc=$model
 fi
 
-count_tokens() {  # count_tokens WORDS: tokens of `hearth bench --prompt-tokens WORDS` (with BOS)
-  "$py" "$helper" prompt "$1" | "$build/tools/hearth-model" tokenize "$model" 2>/dev/null |
-    "$py" -c 'import json,sys; print(len(json.load(sys.stdin)))'
-}
-# words_for TOKENS: the most words whose prompt is at most TOKENS tokens (the
-# synthetic vocabularies split some words; a binary search, ~log2(TOKENS) steps).
-words_for() {
-  local want=$1 lo=1 hi=$1 mid
-  if [ "$(count_tokens "$hi")" -le "$want" ]; then echo "$hi"; return; fi
-  while [ "$lo" -lt "$hi" ]; do
-    mid=$(( (lo + hi + 1) / 2 ))
-    if [ "$(count_tokens "$mid")" -le "$want" ]; then lo=$mid; else hi=$(( mid - 1 )); fi
-  done
-  echo "$lo"
-}
+# shellcheck source=bench/server/prompt_words.sh
+. "$here/prompt_words.sh"
 prompt_words=$(words_for "$prompt_tokens")
 prompt_ntok=$(count_tokens "$prompt_words")
 longest=$prompt_ntok

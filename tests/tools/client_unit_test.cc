@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstddef>
+#include <set>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -135,6 +136,25 @@ TEST(LongPrompt, HasTheRequestedNumberOfWords) {
   std::size_t words = 0;
   for (std::string w; in >> w;) ++words;
   EXPECT_EQ(words, 600u);
+}
+
+// Prefix-reuse load: each request's own words are fixed by (seed, index)
+// and differ between requests from the first word on, so requests share
+// the prefix and nothing after it.
+TEST(RequestWords, ReproducibleAndDistinctPerRequest) {
+  EXPECT_EQ(request_words(1, 7, 20), request_words(1, 7, 20));
+  std::istringstream in(request_words(1, 7, 20));
+  std::size_t words = 0;
+  for (std::string w; in >> w;) ++words;
+  EXPECT_EQ(words, 20u);
+  std::set<std::string> first_words;
+  for (std::size_t i = 0; i < 16; ++i) {
+    EXPECT_NE(request_words(1, i, 20), request_words(1, i + 1, 20)) << i;
+    first_words.insert(request_words(1, i, 1));
+  }
+  EXPECT_GT(first_words.size(), 4u) << "requests should rarely share their first word";
+  EXPECT_NE(request_words(1, 3, 20), request_words(2, 3, 20));
+  EXPECT_EQ(request_words(1, 3, 0), "");
 }
 
 RequestOutcome outcome(bool long_prompt, double start_s, std::vector<double> token_times_s) {

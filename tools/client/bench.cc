@@ -50,13 +50,19 @@ RequestOutcome run_one(v1::Inference::Stub& stub, const ConnectionOptions& conne
   request.mutable_sampling()->set_temperature(static_cast<float>(o.temperature));
   request.mutable_sampling()->set_seed(o.seed);
   request.set_ignore_eos(o.ignore_eos);
+  request.set_disable_prefix_reuse(!o.prefix_reuse);
 
   const auto t0 = Clock::now();
   auto reader = stub.Generate(&context, request);
   v1::GenerateResponse response;
   bool cancelled = false;
   while (reader->Read(&response)) {
+    if (response.has_done()) {
+      out.prompt_tokens = response.done().usage().prompt_tokens();
+      out.cached_tokens = response.done().usage().cached_tokens();
+    }
     if (!response.has_piece()) continue;
+    if (o.chat_turns > 0) out.text += response.piece().text();
     if (response.piece().token_id() >= 0) {
       out.token_times_s.push_back(seconds_since(t0));
       if (progress) progress->tokens.fetch_add(1, std::memory_order_relaxed);
@@ -131,6 +137,8 @@ BenchSummary summarize(const std::vector<RequestOutcome>& outcomes, double wall_
     }
     const auto& t = r.token_times_s;
     s.generated_tokens += t.size();
+    s.prompt_tokens += r.prompt_tokens;
+    s.cached_tokens += r.cached_tokens;
     if (!t.empty()) ttft.push_back(t.front());
     for (std::size_t i = 1; i < t.size(); ++i) itl.push_back(t[i] - t[i - 1]);
     if (r.code == 0 && t.size() >= 2 && t.back() > t.front()) {
@@ -176,6 +184,9 @@ std::string summary_text(const BenchSummary& s) {
               : std::string("n/a")) +
          "\n";
   out += "TTFT:            " + percentiles_ms(s.ttft_s) + "\n";
+  out += "prompt tokens:   " + std::to_string(s.prompt_tokens) + " sent, " +
+         std::to_string(s.cached_tokens) + " from a KV cache, " +
+         std::to_string(s.prompt_tokens - s.cached_tokens) + " computed\n";
   out += "inter-token:     " + percentiles_ms(s.itl_s) + "\n";
   out += "  steady decode: " + percentiles_ms(s.itl_steady_s) + " (no prompt being prefilled)\n";
   if (s.long_prompt_requests) {
@@ -223,7 +234,9 @@ std::string summary_json(const BenchSummary& s) {
          ",\"ttft_other_s\":" + percentiles_json(s.ttft_other_s) +
          ",\"itl_other_s\":" + percentiles_json(s.itl_other_s) +
          ",\"itl_other_max_s\":" + fmt("%.6f", s.itl_other_max_s) +
-         ",\"itl_during_long_prefill_s\":" + percentiles_json(s.itl_during_long_prefill_s) + "}";
+         ",\"itl_during_long_prefill_s\":" + percentiles_json(s.itl_during_long_prefill_s) +
+         ",\"prompt_tokens\":" + std::to_string(s.prompt_tokens) +
+         ",\"cached_tokens\":" + std::to_string(s.cached_tokens) + "}";
 }
 
 absl::StatusOr<std::vector<RequestOutcome>> run_bench(const std::shared_ptr<grpc::Channel>& channel,
@@ -234,6 +247,20 @@ absl::StatusOr<std::vector<RequestOutcome>> run_bench(const std::shared_ptr<grpc
   auto stub = v1::Inference::NewStub(channel);
   const std::string prompt = o.prompt_tokens > 0 ? prompt_of_tokens(o.prompt_tokens) : o.prompt;
   const std::string long_prompt = prompt_of_tokens(o.long_prompt_tokens);
+  const std::string shared_prefix = prompt_of_tokens(o.shared_prefix_tokens);
+  const std::size_t own_words = o.prompt_tokens > 0 ? o.prompt_tokens : 20;
+  // Request i's prompt, and in chat mode the conversation it continues.
+  std::vector<std::string> chats(o.chat_turns > 0 ? o.concurrency : 0);
+  auto prompt_of = [&](std::size_t i) {
+    if (o.chat_turns > 0) {
+      std::string& history = chats[i / o.chat_turns];
+      if (!history.empty()) history += ' ';
+      return history += request_words(o.mix_seed, i, own_words);
+    }
+    if (o.shared_prefix_tokens > 0)
+      return shared_prefix + ' ' + request_words(o.mix_seed, i, own_words);
+    return prompt;
+  };
 
   for (std::size_t i = 0; i < o.warmup; ++i) {
     RequestOutcome w = run_one(*stub, connection, o, RequestPlan{}, prompt, long_prompt, nullptr);
@@ -241,24 +268,43 @@ absl::StatusOr<std::vector<RequestOutcome>> run_bench(const std::shared_ptr<grpc
       return absl::Status(static_cast<absl::StatusCode>(w.code), "warmup: " + w.message);
   }
 
-  std::vector<RequestOutcome> outcomes(o.requests);
+  const std::size_t requests = o.chat_turns > 0 ? o.concurrency * o.chat_turns : o.requests;
+  std::vector<RequestOutcome> outcomes(requests);
   Progress progress;
   std::atomic<std::size_t> next{0};
   const auto t0 = Clock::now();
+  auto run_request = [&](std::size_t i) {
+    const double start_s = seconds_since(t0);
+    outcomes[i] =
+        run_one(*stub, connection, o, plan_request(o, i), prompt_of(i), long_prompt, &progress);
+    outcomes[i].start_s = start_s;
+  };
   auto worker = [&] {
     for (;;) {
       const std::size_t i = next.fetch_add(1);
-      if (i >= o.requests) return;
-      const double start_s = seconds_since(t0);
-      outcomes[i] =
-          run_one(*stub, connection, o, plan_request(o, i), prompt, long_prompt, &progress);
-      outcomes[i].start_s = start_s;
+      if (i >= requests) return;
+      run_request(i);
     }
   };
-  const std::size_t n_threads = std::min(o.concurrency, std::max<std::size_t>(o.requests, 1));
+  // Chat mode: thread c runs conversation c's turns in order, each turn
+  // after the answer to the one before.
+  auto conversation = [&](std::size_t c) {
+    for (std::size_t t = 0; t < o.chat_turns; ++t) {
+      const std::size_t i = c * o.chat_turns + t;
+      run_request(i);
+      chats[c] += ' ' + outcomes[i].text;
+    }
+  };
+  const std::size_t n_threads = std::min(o.concurrency, std::max<std::size_t>(requests, 1));
   std::vector<std::thread> threads;
   threads.reserve(n_threads);
-  for (std::size_t t = 0; t < n_threads; ++t) threads.emplace_back(worker);
+  for (std::size_t t = 0; t < n_threads; ++t) {
+    if (o.chat_turns > 0) {
+      threads.emplace_back(conversation, t);
+    } else {
+      threads.emplace_back(worker);
+    }
+  }
 
   // The progress line, rewritten in place every ~250 ms until every worker ends.
   std::mutex mu;
@@ -275,7 +321,7 @@ absl::StatusOr<std::vector<RequestOutcome>> run_bench(const std::shared_ptr<grpc
         const double done = static_cast<double>(progress.done.load());
         const double tokens = static_cast<double>(progress.tokens.load());
         std::fprintf(stderr, "\r[bench] %zu/%zu done, %.2f req/s, %.1f tok/s, %zu errors   ",
-                     progress.done.load(), o.requests, t > 0 ? done / t : 0.0,
+                     progress.done.load(), requests, t > 0 ? done / t : 0.0,
                      t > 0 ? tokens / t : 0.0, progress.errors.load());
         if (last) {
           std::fputc('\n', stderr);

@@ -56,6 +56,15 @@ struct BenchOptions {
   double long_prompt_fraction = 0;
   std::size_t long_prompt_tokens = 512;
   std::uint64_t mix_seed = 1;
+  // Prefix reuse: every request's prompt is one shared prefix of about
+  // `shared_prefix_tokens` tokens followed by its own `prompt_tokens` (or
+  // 20) words; or, with `chat_turns`, `concurrency` conversations of that
+  // many turns, each turn resending the conversation so far (prompt and
+  // generated text) plus its own words. `prefix_reuse` false sets
+  // GenerateRequest.disable_prefix_reuse.
+  std::size_t shared_prefix_tokens = 0;
+  std::size_t chat_turns = 0;
+  bool prefix_reuse = true;
   // A live progress line on stderr ('\r'-rewritten).
   bool progress = false;
 };
@@ -108,6 +117,22 @@ inline std::string prompt_of_tokens(std::size_t n) {
   return out;
 }
 
+// Request `index`'s own words after a shared prefix or a chat history: `n`
+// words drawn from (mix_seed, index), so requests differ from their first
+// word on.
+inline std::string request_words(std::uint64_t mix_seed, std::size_t index, std::size_t n) {
+  static const char* const kWords[] = {"why",    "did",  "small",  "green", "birds",  "sing",
+                                       "near",   "her",  "garden", "while", "people", "walk",
+                                       "slowly", "past", "tall",   "trees", "today",  "again"};
+  std::string out;
+  for (std::size_t k = 0; k < n; ++k) {
+    if (k) out += ' ';
+    const double u = internal::uniform01(mix_seed, index, 16 + k);
+    out += kWords[static_cast<std::size_t>(u * static_cast<double>(std::size(kWords)))];
+  }
+  return out;
+}
+
 // Whether a request's final status is one its plan asked for: CANCELLED after
 // a planned cancellation, DEADLINE_EXCEEDED after a planned short deadline.
 // `code` is a gRPC status code number.
@@ -127,6 +152,9 @@ struct RequestOutcome {
   double total_s = 0;
   // When the request started, in seconds since the measured run started.
   double start_s = 0;
+  // Done.usage: prompt tokens, and those found in a KV cache.
+  std::size_t prompt_tokens = 0, cached_tokens = 0;
+  std::string text;  // the generated text (chat mode resends it)
 };
 
 // The latencies of a run split by the fault mix's long prompts (header-only,
@@ -236,6 +264,8 @@ struct BenchSummary {
   Percentiles itl_other_s;
   Percentiles itl_during_long_prefill_s;
   double itl_other_max_s = 0;
+  // Prompt tokens sent, and those served from a KV cache (prefix reuse).
+  std::uint64_t prompt_tokens = 0, cached_tokens = 0;
 };
 
 // Folds the outcomes of a run that took `wall_s` seconds.

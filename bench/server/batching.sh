@@ -34,7 +34,7 @@
 # same long-prompt choices, same statistics): one llama-server per level with
 # -np = streams, -c = np x the per-stream context, -t/-tb = --kernel-threads,
 # --cache-ram 0 and "cache_prompt": false (every request prefills its whole
-# prompt, as hearth's do), KV cache q8_0 with flash attention (hearth's KV
+# prompt, as hearth's do: `hearth bench --no-prefix-reuse`), KV cache q8_0 with flash attention (hearth's KV
 # cache is int8; --llama-kv f16 for llama.cpp's default), then a table of
 # hearth / llama-server per level. hearth serves every level from one server
 # (16 instances; unused ones cost nothing), llama-server is started per level
@@ -285,7 +285,7 @@ run_level() {
     if [ "$server" = hearth ]; then
       bg timeout "$run_timeout" "$build/tools/hearth" bench --server "$hearth_addr" --model bench \
         --timeout-s "$run_timeout" --concurrency "$n" --requests "$1" --prompt-tokens "$prompt_words" \
-        --max-tokens "$max_tokens" --ignore-eos --json --quiet "${extra[@]}" \
+        --max-tokens "$max_tokens" --ignore-eos --no-prefix-reuse --json --quiet "${extra[@]}" \
         >"$work/run.json" 2>>"$work/client.log"
     else
       bg timeout "$run_timeout" "$py" "$helper" load --port "$llama_port" --timeout-s "$run_timeout" \

@@ -57,6 +57,16 @@ def uniform01(seed, index, stream):
     return (h >> 11) * (1.0 / 9007199254740992.0)
 
 
+REQUEST_WORDS = ["why", "did", "small", "green", "birds", "sing", "near", "her", "garden",
+                 "while", "people", "walk", "slowly", "past", "tall", "trees", "today", "again"]
+
+
+def request_words(mix_seed, index, n):
+    """tools/client/bench.h's request_words: a request's own words."""
+    return " ".join(REQUEST_WORDS[int(uniform01(mix_seed, index, 16 + k) * len(REQUEST_WORDS))]
+                    for k in range(n))
+
+
 def is_long_prompt(mix_seed, index, fraction):
     return uniform01(mix_seed, index, 3) < fraction
 
@@ -149,6 +159,10 @@ def summarize(outcomes, wall_s, concurrency):
         "prompt_tokens": sorted({o["prompt_tokens"] for o in outcomes if o["prompt_tokens"]}),
         "prompt_processed_tokens": sorted({o["prompt_processed"] for o in outcomes
                                            if o["prompt_processed"]}),
+        # Summed (hearth bench's prompt_tokens / cached_tokens): prompt tokens
+        # sent and those llama-server computed (its timings' prompt_n).
+        "prompt_tokens_sum": sum(o["prompt_tokens"] for o in outcomes),
+        "prompt_processed_sum": sum(o["prompt_processed"] for o in outcomes),
     }
     return out
 
@@ -216,15 +230,32 @@ def run_one(port, body, timeout_s, long_prompt, t_run):
 def cmd_load(a):
     prompt = prompt_of_tokens(a.prompt_tokens) if a.prompt_tokens else a.prompt
     long_prompt = prompt_of_tokens(a.long_prompt_tokens)
+    shared_prefix = prompt_of_tokens(a.shared_prefix_tokens)
+    own_words = a.prompt_tokens or 20
 
-    def body(is_long):
+    def prompt_of(i, is_long):
+        if is_long:
+            return long_prompt
+        if a.shared_prefix_tokens:  # as `hearth bench --shared-prefix-tokens`
+            return shared_prefix + " " + request_words(a.mix_seed, i, own_words)
+        return prompt
+
+    def body(i, is_long):
         return json.dumps({
-            "prompt": long_prompt if is_long else prompt, "n_predict": a.max_tokens,
+            "prompt": prompt_of(i, is_long), "n_predict": a.max_tokens,
             "ignore_eos": True, "stream": True, "temperature": a.temperature, "seed": a.seed,
-            # Every request prefills its whole prompt, as hearth's do: no reuse
-            # of a previous request's KV cache.
-            "cache_prompt": False,
+            # Without --cache-prompt every request prefills its whole prompt
+            # (hearth bench --no-prefix-reuse); with it a slot reuses what
+            # its cache holds (hearth's prefix reuse).
+            "cache_prompt": a.cache_prompt,
         }).encode()
+
+    for w in range(a.warmup):  # one at a time, not measured, as hearth bench's
+        r = run_one(a.port, body(a.requests + w, False), a.timeout_s, False, time.monotonic())
+        if not r["ok"]:
+            print("batching_load: warmup failed: %s %s" % (r["error_kind"], r["error"]),
+                  file=sys.stderr)
+            return 1
 
     outcomes = [None] * a.requests
     lock = threading.Lock()
@@ -240,7 +271,7 @@ def cmd_load(a):
                     return
                 next_index[0] += 1
             is_long = is_long_prompt(a.mix_seed, i, a.long_prompt_fraction)
-            outcomes[i] = run_one(a.port, body(is_long), a.timeout_s, is_long, t_run)
+            outcomes[i] = run_one(a.port, body(i, is_long), a.timeout_s, is_long, t_run)
 
     threads = [threading.Thread(target=worker, daemon=True)
                for _ in range(min(a.concurrency, a.requests))]
@@ -452,6 +483,11 @@ def main():
     q.add_argument("--long-prompt-fraction", type=float, default=0.0)
     q.add_argument("--long-prompt-tokens", type=int, default=512)
     q.add_argument("--mix-seed", type=int, default=1)
+    q.add_argument("--shared-prefix-tokens", type=int, default=0,
+                   help="words of a prefix every prompt shares (hearth bench's flag)")
+    q.add_argument("--cache-prompt", action="store_true",
+                   help="let llama-server reuse a slot's KV cache (cache_prompt)")
+    q.add_argument("--warmup", type=int, default=0)
     q.add_argument("--timeout-s", type=float, default=600, help="per request")
     q.add_argument("--deadline-s", type=float, default=3600,
                    help="no request starts after this long")

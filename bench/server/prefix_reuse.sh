@@ -16,9 +16,16 @@
 # reuse. Targets (issue #14): TTFT warm / cold <= 1/15; chat tokens computed
 # with reuse <= 1/4 of those sent.
 #
+# --llama-server PATH: the shared-prefix part again against llama.cpp's
+# llama-server on the same file (-np = the instances, the same threads, KV
+# q8_0 with flash attention), cold ("cache_prompt": false) and warm
+# ("cache_prompt": true: a slot reuses what its own cache holds), driven by
+# batching_load.py with the same prompts; printed beside hearth's, with
+# hearth / llama-server for the warm TTFT (target <= 1).
+#
 #   bench/server/prefix_reuse.sh [--build DIR] [--type q4_0|q8_0] [--model PATH]
 #       [--prefix-tokens N] [--requests M] [--concurrency N] [--turns T]
-#       [--max-tokens K] [--kernel-threads T] [--models-dir DIR]
+#       [--max-tokens K] [--kernel-threads T] [--models-dir DIR] [--llama-server PATH]
 #
 # The default model is the TinyLlama 1.1B shape (synthetic weights, made with
 # `hearth-model synth` once and kept in --models-dir). The client shares the
@@ -36,6 +43,7 @@ concurrency=4
 turns=8
 max_tokens=16
 kernel_threads=2
+llama=
 
 die() { echo "prefix_reuse.sh: $*" >&2; exit 2; }
 while [ $# -gt 0 ]; do
@@ -50,7 +58,8 @@ while [ $# -gt 0 ]; do
     --turns) turns=$2; shift 2 ;;
     --max-tokens) max_tokens=$2; shift 2 ;;
     --kernel-threads) kernel_threads=$2; shift 2 ;;
-    -h|--help) sed -n '2,26p' "$0"; exit 0 ;;
+    --llama-server) llama=$2; shift 2 ;;
+    -h|--help) sed -n '2,34p' "$0"; exit 0 ;;
     *) die "unknown option '$1' (see --help)" ;;
   esac
 done
@@ -58,6 +67,7 @@ for v in prefix_tokens requests concurrency turns max_tokens kernel_threads; do
   [[ ${!v} =~ ^[1-9][0-9]*$ ]] || die "--${v//_/-}: '${!v}' is not a positive whole number"
 done
 case "$type" in q8_0|q4_0) ;; *) die "--type: '$type' is not q8_0 or q4_0" ;; esac
+[ -z "$llama" ] || [ -x "$llama" ] || die "--llama-server: '$llama' is not an executable"
 for bin in server/hearth-server tools/hearth tools/hearth-model; do
   [ -x "$build/$bin" ] || die "$build/$bin is missing: build it first"
 done
@@ -76,11 +86,15 @@ prefix_ntok=$(count_tokens "$prefix_words")
 
 work=$(mktemp -d)
 server_pid=
-cleanup() {
+stop_server() {
   if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
     kill -TERM "$server_pid" 2>/dev/null || true
     wait "$server_pid" 2>/dev/null || true
   fi
+  server_pid=
+}
+cleanup() {
+  stop_server
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -114,9 +128,36 @@ chat_off=$(bench --chat-turns "$turns" --concurrency "$concurrency" --no-prefix-
 # them is cached when the reuse run starts.
 chat_on=$(bench --chat-turns "$turns" --concurrency "$concurrency" --mix-seed 2)
 
-/usr/bin/python3 - "$cold" "$warm" "$chat_off" "$chat_on" "$model" "$(nproc)" "$prefix_ntok" <<'EOF'
+stop_server
+llama_cold='{}' llama_warm='{}'
+if [ -n "$llama" ]; then
+  helper=$(dirname "$0")/batching_load.py
+  port=$(/usr/bin/python3 "$helper" free-port)
+  echo "prefix_reuse.sh: starting llama-server -np 4 on 127.0.0.1:$port" >&2
+  # Flash attention (a quantized V cache needs it): a plain flag before
+  # llama.cpp took on|off|auto for it.
+  fa=(-fa)
+  "$llama" --help 2>&1 | grep -q -- '--flash-attn \[on|off|auto\]\|--flash-attn FA' && fa=(-fa on)
+  "$llama" -m "$model" --host 127.0.0.1 --port "$port" -np 4 -c $(( 4 * context )) \
+    -t "$kernel_threads" -tb "$kernel_threads" -ctk q8_0 -ctv q8_0 "${fa[@]}" >"$work/llama.log" 2>&1 &
+  server_pid=$!
+  /usr/bin/python3 "$helper" wait-http "$port" "$server_pid" 300 ||
+    { tail -n 30 "$work/llama.log" >&2; die "llama-server did not become ready"; }
+  load() {
+    /usr/bin/python3 "$helper" load --port "$port" --max-tokens "$max_tokens" \
+      --shared-prefix-tokens "$prefix_words" --requests "$requests" --concurrency "$concurrency" \
+      --warmup 1 "$@"
+  }
+  llama_cold=$(load)
+  llama_warm=$(load --cache-prompt)
+  stop_server
+fi
+
+/usr/bin/python3 - "$cold" "$warm" "$chat_off" "$chat_on" "$model" "$(nproc)" "$prefix_ntok" \
+  "$llama_cold" "$llama_warm" <<'EOF'
 import json, sys
 cold, warm, chat_off, chat_on = (json.loads(x) for x in sys.argv[1:5])
+llama_cold, llama_warm = json.loads(sys.argv[8]), json.loads(sys.argv[9])
 for name, r in (("cold", cold), ("warm", warm), ("chat off", chat_off), ("chat on", chat_on)):
     if r["failed"]:
         sys.exit(f"prefix_reuse.sh: {r['failed']} requests of the {name} run failed: {r['errors']}")
@@ -136,4 +177,13 @@ for name, r in (("reuse off", chat_off), ("reuse on", chat_on)):
           f" ({computed / r['prompt_tokens']:.3f} of sent); TTFT p50 {r['ttft_s']['p50'] * 1e3:.1f} ms")
 computed = chat_on["prompt_tokens"] - chat_on["cached_tokens"]
 print(f"  computed / sent with reuse = {computed / chat_on['prompt_tokens']:.3f} (target <= 0.25)")
+if llama_warm:
+    print("llama-server, the same shared-prefix load:")
+    print("  run    TTFT p50 ms  TTFT p99 ms  prompt tokens  computed")
+    for name, r in (("cold", llama_cold), ("warm", llama_warm)):
+        print(f"  {name:5} {r['ttft_s']['p50'] * 1e3:12.1f} {r['ttft_s']['p99'] * 1e3:12.1f}"
+              f" {r['prompt_tokens_sum']:14d} {r['prompt_processed_sum']:9d}")
+    print(f"  TTFT p50 warm, hearth / llama-server = "
+          f"{warm['ttft_s']['p50'] / llama_warm['ttft_s']['p50']:.3f} (target <= 1);"
+          f" cold: {cold['ttft_s']['p50'] / llama_cold['ttft_s']['p50']:.3f}")
 EOF

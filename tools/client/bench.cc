@@ -263,7 +263,13 @@ absl::StatusOr<std::vector<RequestOutcome>> run_bench(const std::shared_ptr<grpc
   };
 
   for (std::size_t i = 0; i < o.warmup; ++i) {
-    RequestOutcome w = run_one(*stub, connection, o, RequestPlan{}, prompt, long_prompt, nullptr);
+    // With a shared prefix the warmup puts it in a cache, behind words no
+    // measured request has.
+    const std::string warm = o.shared_prefix_tokens > 0
+                                 ? shared_prefix + ' ' +
+                                       request_words(o.mix_seed, o.requests + i, own_words)
+                                 : prompt;
+    RequestOutcome w = run_one(*stub, connection, o, RequestPlan{}, warm, long_prompt, nullptr);
     if (w.code != 0)
       return absl::Status(static_cast<absl::StatusCode>(w.code), "warmup: " + w.message);
   }

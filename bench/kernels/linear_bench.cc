@@ -102,6 +102,29 @@ std::string fmt(const char* f, double a, double b = 0, double c = 0) {
   return buf;
 }
 
+// Seconds per forward of `m` rows, each iteration on the next of `copies`
+// (so every call streams its weights from DRAM), after one warm-up call.
+double seconds_per_rotating_call(benchmark::State& state, std::vector<Linear>& copies,
+                                 std::size_t m, std::size_t threads) {
+  kernels::ThreadPool& pool = bench_pool(threads);
+  const std::vector<float> x = random_floats(m * copies[0].n_in(), 2);
+  std::vector<float> y(m * copies[0].n_out());
+  CachingAllocator scratch;
+  std::size_t i = 0;
+  if (!copies[0].forward(x.data(), m, y.data(), scratch, &pool).ok()) std::abort();  // warm-up
+  scratch.reset();
+  Stopwatch sw;
+  for (auto _ : state) {
+    const absl::Status s = copies[i].forward(x.data(), m, y.data(), scratch, &pool);
+    if (!s.ok()) state.SkipWithError(std::string(s.message()).c_str());
+    scratch.reset();
+    if (++i == copies.size()) i = 0;
+    benchmark::DoNotOptimize(y.data());
+    benchmark::ClobberMemory();
+  }
+  return sw.seconds() / static_cast<double>(state.iterations());
+}
+
 // Args: n_out, n_in, threads.
 template <Linear::Format kFormat>
 void BM_DecodeGemv(benchmark::State& state) {
@@ -109,23 +132,7 @@ void BM_DecodeGemv(benchmark::State& state) {
   const auto n_in = static_cast<std::size_t>(state.range(1));
   const auto threads = static_cast<std::size_t>(state.range(2));
   std::vector<Linear>& copies = rotating_copies(kFormat, n_out, n_in);
-  kernels::ThreadPool& pool = bench_pool(threads);
-  const std::vector<float> x = random_floats(n_in, 2);
-  std::vector<float> y(n_out);
-  CachingAllocator scratch;
-  std::size_t i = 0;
-  if (!copies[0].forward(x.data(), 1, y.data(), scratch, &pool).ok()) std::abort();  // warm-up
-  scratch.reset();
-  Stopwatch sw;
-  for (auto _ : state) {
-    const absl::Status s = copies[i].forward(x.data(), 1, y.data(), scratch, &pool);
-    if (!s.ok()) state.SkipWithError(std::string(s.message()).c_str());
-    scratch.reset();
-    if (++i == copies.size()) i = 0;
-    benchmark::DoNotOptimize(y.data());
-    benchmark::ClobberMemory();
-  }
-  const double seconds = sw.seconds() / static_cast<double>(state.iterations());
+  const double seconds = seconds_per_rotating_call(state, copies, 1, threads);
   const double bytes = static_cast<double>(copies[0].weight_bytes());
   set_bandwidth_counters(state, bytes, threads);
   const double gbps = bytes / seconds / 1e9;
@@ -187,23 +194,7 @@ void BM_BatchedGemm(benchmark::State& state) {
   const auto n_in = static_cast<std::size_t>(state.range(2));
   const auto threads = static_cast<std::size_t>(state.range(3));
   std::vector<Linear>& copies = rotating_copies(kFormat, n_out, n_in);
-  kernels::ThreadPool& pool = bench_pool(threads);
-  const std::vector<float> x = random_floats(m * n_in, 2);
-  std::vector<float> y(m * n_out);
-  CachingAllocator scratch;
-  std::size_t i = 0;
-  if (!copies[0].forward(x.data(), m, y.data(), scratch, &pool).ok()) std::abort();  // warm-up
-  scratch.reset();
-  Stopwatch sw;
-  for (auto _ : state) {
-    const absl::Status s = copies[i].forward(x.data(), m, y.data(), scratch, &pool);
-    if (!s.ok()) state.SkipWithError(std::string(s.message()).c_str());
-    scratch.reset();
-    if (++i == copies.size()) i = 0;
-    benchmark::DoNotOptimize(y.data());
-    benchmark::ClobberMemory();
-  }
-  const double seconds = sw.seconds() / static_cast<double>(state.iterations());
+  const double seconds = seconds_per_rotating_call(state, copies, m, threads);
   static std::map<std::string, double> one_row_seconds;
   const std::string shape = std::string(format_name(kFormat)) + " " + std::to_string(n_out) + "x" +
                             std::to_string(n_in) + " " + std::to_string(threads) + " thr";

@@ -35,15 +35,7 @@
 #include <thread>
 #include <vector>
 
-#include "tests/reliability/reliability_util.h"
-
-// tests/server's binaries are not linked with hearth_shared_data (which
-// defines the source tree's path); this file's own path gives it.
-#ifndef HEARTH_SOURCE_DIR
-#define HEARTH_SOURCE_DIR \
-  (std::filesystem::path(__FILE__).parent_path().parent_path().parent_path().string())
-#endif
-#include "tests/support/shared_data.h"
+#include "tests/server/stories_model.h"
 
 namespace hearth::testing {
 namespace {
@@ -57,8 +49,6 @@ constexpr std::uint32_t kLongTokens = 600;
 // A deadline that passes while its (unread, long) stream generates: long
 // enough for the stream to get an instance and its first piece first.
 const milliseconds kShortDeadline = kUnderSanitizer ? seconds(20) : seconds(2);
-
-fs::path stories_path() { return shared_dir() / "models" / "stories260K.gguf"; }
 
 v1::GenerateRequest greedy(const std::string& prompt, std::uint32_t max_tokens,
                            bool ignore_eos = false) {

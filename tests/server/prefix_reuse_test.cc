@@ -21,13 +21,7 @@
 #include <string>
 #include <vector>
 
-#include "tests/reliability/reliability_util.h"
-
-#ifndef HEARTH_SOURCE_DIR
-#define HEARTH_SOURCE_DIR \
-  (std::filesystem::path(__FILE__).parent_path().parent_path().parent_path().string())
-#endif
-#include "tests/support/shared_data.h"
+#include "tests/server/stories_model.h"
 
 namespace hearth::testing {
 namespace {
@@ -36,8 +30,6 @@ constexpr char kModel[] = "stories";
 constexpr char kStory[] =
     "Once upon a time, there was a little girl named Lily. She liked to play in the park with "
     "her dog, and every day they ran to the big tree";
-
-fs::path stories_path() { return shared_dir() / "models" / "stories260K.gguf"; }
 
 v1::GenerateRequest greedy(const std::string& prompt, bool reuse = true, bool bos = true) {
   v1::GenerateRequest r = make_request(kModel, prompt, 24);

@@ -60,6 +60,13 @@ absl::Status check_append(const KvLayout& layout, std::size_t pos, const float* 
   return absl::OkStatus();
 }
 
+// Whether a view misses one of its arrays.
+bool has_null_array(const QuantizedKvView& kv) {
+  return kv.k == nullptr || kv.v == nullptr || kv.k_scale == nullptr || kv.v_scale == nullptr ||
+         kv.k_zero == nullptr || kv.v_zero == nullptr;
+}
+bool has_null_array(const FloatKvView& kv) { return kv.k == nullptr || kv.v == nullptr; }
+
 absl::Status check_copy(const KvLayout& dst, const KvLayout& src, std::size_t begin,
                         std::size_t end, bool null_cache) {
   HEARTH_RETURN_IF_ERROR(validate_kv_layout(dst));
@@ -140,9 +147,7 @@ FloatKvView float_kv_view(const KvLayout& layout, void* memory) {
 absl::Status kv_append(const QuantizedKvView& kv, std::size_t pos, const float* k_new,
                        const float* v_new, std::size_t n_tokens) {
   const KvLayout& l = kv.layout;
-  const bool null_cache = kv.k == nullptr || kv.v == nullptr || kv.k_scale == nullptr ||
-                          kv.v_scale == nullptr || kv.k_zero == nullptr || kv.v_zero == nullptr;
-  HEARTH_RETURN_IF_ERROR(check_append(l, pos, k_new, v_new, n_tokens, null_cache));
+  HEARTH_RETURN_IF_ERROR(check_append(l, pos, k_new, v_new, n_tokens, has_null_array(kv)));
   const std::size_t stride = l.n_kv_heads * l.head_dim;
   for (std::size_t t = 0; t < n_tokens; ++t) {
     for (std::size_t h = 0; h < l.n_kv_heads; ++h) {
@@ -163,8 +168,7 @@ absl::Status kv_append(const QuantizedKvView& kv, std::size_t pos, const float* 
 absl::Status kv_append(const FloatKvView& kv, std::size_t pos, const float* k_new,
                        const float* v_new, std::size_t n_tokens) {
   const KvLayout& l = kv.layout;
-  const bool null_cache = kv.k == nullptr || kv.v == nullptr;
-  HEARTH_RETURN_IF_ERROR(check_append(l, pos, k_new, v_new, n_tokens, null_cache));
+  HEARTH_RETURN_IF_ERROR(check_append(l, pos, k_new, v_new, n_tokens, has_null_array(kv)));
   const std::size_t stride = l.n_kv_heads * l.head_dim;
   const std::size_t row_bytes = l.head_dim * sizeof(float);
   for (std::size_t t = 0; t < n_tokens; ++t) {
@@ -180,12 +184,9 @@ absl::Status kv_append(const FloatKvView& kv, std::size_t pos, const float* k_ne
 
 absl::Status kv_copy(const QuantizedKvView& dst, const QuantizedKvView& src, std::size_t begin,
                      std::size_t end) {
-  auto has_null = [](const QuantizedKvView& kv) {
-    return kv.k == nullptr || kv.v == nullptr || kv.k_scale == nullptr || kv.v_scale == nullptr ||
-           kv.k_zero == nullptr || kv.v_zero == nullptr;
-  };
   const KvLayout& l = dst.layout;
-  HEARTH_RETURN_IF_ERROR(check_copy(l, src.layout, begin, end, has_null(dst) || has_null(src)));
+  HEARTH_RETURN_IF_ERROR(
+      check_copy(l, src.layout, begin, end, has_null_array(dst) || has_null_array(src)));
   copy_rows(dst.k, src.k, l, l.head_dim, 1, begin, end);
   copy_rows(dst.v, src.v, l, l.head_dim, 1, begin, end);
   copy_rows(dst.k_scale, src.k_scale, l, 1, sizeof(float), begin, end);
@@ -197,10 +198,9 @@ absl::Status kv_copy(const QuantizedKvView& dst, const QuantizedKvView& src, std
 
 absl::Status kv_copy(const FloatKvView& dst, const FloatKvView& src, std::size_t begin,
                      std::size_t end) {
-  const bool null_cache =
-      dst.k == nullptr || dst.v == nullptr || src.k == nullptr || src.v == nullptr;
   const KvLayout& l = dst.layout;
-  HEARTH_RETURN_IF_ERROR(check_copy(l, src.layout, begin, end, null_cache));
+  HEARTH_RETURN_IF_ERROR(
+      check_copy(l, src.layout, begin, end, has_null_array(dst) || has_null_array(src)));
   copy_rows(dst.k, src.k, l, l.head_dim, sizeof(float), begin, end);
   copy_rows(dst.v, src.v, l, l.head_dim, sizeof(float), begin, end);
   return absl::OkStatus();

@@ -49,6 +49,17 @@ constexpr std::size_t kGemmTokens = 8;
 
 std::size_t round_up(std::size_t n, std::size_t to) { return (n + to - 1) / to * to; }
 
+// Tokens per activation tile for m tokens on an ISA whose widest register
+// tile is `widest`: as few tiles as the widest allows, their widths differing
+// by at most one (8 tokens on a 6-wide ISA run as 4 + 4, not 6 + 2: a narrow
+// tile repeats the weights' unpacking for little work and leaves too few
+// independent sums to hide the dot product's latency).
+std::size_t balanced_tile_tokens(std::size_t m, std::size_t widest) {
+  if (m <= widest) return m == 0 ? widest : m;
+  const std::size_t tiles = (m + widest - 1) / widest;
+  return (m + tiles - 1) / tiles;
+}
+
 const internal::LinearKernels& linear_kernels() {
   using namespace internal;
   static constexpr PerIsaTables<LinearKernels> kTables{
@@ -399,21 +410,6 @@ std::size_t Linear::hint_decode(std::span<const Linear* const> layers, ThreadPoo
   }
   return told;
 }
-
-namespace {
-
-// Tokens per activation tile for m tokens on an ISA whose widest register
-// tile is `widest`: as few tiles as the widest allows, their widths differing
-// by at most one (8 tokens on a 6-wide ISA run as 4 + 4, not 6 + 2: a narrow
-// tile repeats the weights' unpacking for little work and leaves too few
-// independent sums to hide the dot product's latency).
-std::size_t balanced_tile_tokens(std::size_t m, std::size_t widest) {
-  if (m <= widest) return m == 0 ? widest : m;
-  const std::size_t tiles = (m + widest - 1) / widest;
-  return (m + tiles - 1) / tiles;
-}
-
-}  // namespace
 
 absl::Status Linear::quantize_input(const float* x, std::size_t m, MemoryAllocator& scratch,
                                     ThreadPool* pool, ActivationQuant aq,

@@ -63,7 +63,7 @@ absl::StatusOr<std::size_t> KvPrefixIndex::prepare(std::size_t target,
     absl::Status copied = instances_[target]->copy_kv_from(*instances_[source], own, reused);
     if (!copied.ok()) {
       std::lock_guard<std::mutex> lock(mu_);
-      records_[target].length = std::min(own, reused);
+      records_[target].length = own;
       return copied;
     }
   }

@@ -249,6 +249,10 @@ absl::StatusOr<std::vector<RequestOutcome>> run_bench(const std::shared_ptr<grpc
   const std::string long_prompt = prompt_of_tokens(o.long_prompt_tokens);
   const std::string shared_prefix = prompt_of_tokens(o.shared_prefix_tokens);
   const std::size_t own_words = o.prompt_tokens > 0 ? o.prompt_tokens : 20;
+  // The shared prefix followed by request i's own words.
+  auto prefixed = [&](std::size_t i) {
+    return shared_prefix + ' ' + request_words(o.mix_seed, i, own_words);
+  };
   // Request i's prompt, and in chat mode the conversation it continues.
   std::vector<std::string> chats(o.chat_turns > 0 ? o.concurrency : 0);
   auto prompt_of = [&](std::size_t i) {
@@ -257,18 +261,13 @@ absl::StatusOr<std::vector<RequestOutcome>> run_bench(const std::shared_ptr<grpc
       if (!history.empty()) history += ' ';
       return history += request_words(o.mix_seed, i, own_words);
     }
-    if (o.shared_prefix_tokens > 0)
-      return shared_prefix + ' ' + request_words(o.mix_seed, i, own_words);
-    return prompt;
+    return o.shared_prefix_tokens > 0 ? prefixed(i) : prompt;
   };
 
   for (std::size_t i = 0; i < o.warmup; ++i) {
     // With a shared prefix the warmup puts it in a cache, behind words no
     // measured request has.
-    const std::string warm = o.shared_prefix_tokens > 0
-                                 ? shared_prefix + ' ' +
-                                       request_words(o.mix_seed, o.requests + i, own_words)
-                                 : prompt;
+    const std::string warm = o.shared_prefix_tokens > 0 ? prefixed(o.requests + i) : prompt;
     RequestOutcome w = run_one(*stub, connection, o, RequestPlan{}, warm, long_prompt, nullptr);
     if (w.code != 0)
       return absl::Status(static_cast<absl::StatusCode>(w.code), "warmup: " + w.message);

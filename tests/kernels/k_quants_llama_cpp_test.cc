@@ -8,6 +8,7 @@
 #include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <random>
 #include <sstream>
@@ -32,7 +33,7 @@ struct Reference {
 template <typename Block>
 Reference<Block> read_reference(const std::string& file) {
   Reference<Block> ref;
-  std::ifstream in(std::string(HEARTH_SOURCE_DIR) + "/tests/kernels/data/" + file);
+  std::ifstream in(std::filesystem::path(HEARTH_SOURCE_DIR) / "tests/kernels/data" / file);
   EXPECT_TRUE(in.good()) << "tests/kernels/data/" << file << " is missing";
   std::string line;
   while (std::getline(in, line)) {

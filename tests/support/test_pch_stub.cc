@@ -1,0 +1,2 @@
+// The one source of the targets that build the test programs' precompiled
+// headers (hearth_test_pch in tests/CMakeLists.txt).

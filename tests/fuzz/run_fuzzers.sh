@@ -9,6 +9,8 @@
 #
 # The tokenizer target runs once per vocabulary: the `llama` and `gpt2`
 # reference vocabularies from ../shared when present, else the synthetic demo.
+# libFuzzer runs one thread, so the runs go in parallel, one per core: each
+# still gets its full time on a core of its own.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 seconds=${1:-60}
@@ -19,10 +21,11 @@ say "building the fuzz targets in build/fuzz (clang-14)"
 cmake --preset fuzz -G Ninja >/dev/null
 cmake --build build/fuzz --target gguf_fuzz tokenizer_fuzz request_validation_fuzz
 
-mkdir -p build/fuzz/artifacts
-summary=()
-# run NAME TARGET SEED_DIR [VOCAB]
-run() {
+mkdir -p build/fuzz/artifacts build/fuzz/summary
+rm -f build/fuzz/summary/*
+# fuzz NAME TARGET SEED_DIR [VOCAB]: one bounded run; its summary line goes to
+# build/fuzz/summary/NAME.
+fuzz() {
   local name=$1 target=$2 seeds=$3 vocab=${4:-}
   local work=build/fuzz/corpus/$name regress=tests/fuzz/regressions/$target
   mkdir -p "$work"
@@ -44,7 +47,28 @@ run() {
   fi
   local execs
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
-  summary+=("$(printf '%-28s %12s executions in %s s, corpus %s files' "$name" "$execs" "$seconds" "$(ls "$work" | wc -l)")")
+  printf '%-28s %12s executions in %s s, corpus %s files\n' "$name" "$execs" "$seconds" \
+    "$(ls "$work" | wc -l)" >"build/fuzz/summary/$name"
+}
+
+# run NAME TARGET SEED_DIR [VOCAB]: starts fuzz in the background once a core
+# is free; finish waits for the rest. A failed run fails the script.
+cores=$(nproc)
+failed=0
+running=0
+run() {
+  if [ "$running" -ge "$cores" ]; then
+    wait -n || failed=1
+    running=$((running - 1))
+  fi
+  fuzz "$@" &
+  running=$((running + 1))
+}
+finish() {
+  while [ "$running" -gt 0 ]; do
+    wait -n || failed=1
+    running=$((running - 1))
+  done
 }
 
 run gguf gguf_fuzz tests/fuzz/corpus/gguf
@@ -59,6 +83,11 @@ else
   run tokenizer-demo tokenizer_fuzz tests/fuzz/corpus/tokenizer
 fi
 run request-validation request_validation_fuzz tests/fuzz/corpus/request
+finish
 
+if [ "$failed" -ne 0 ]; then
+  echo "run_fuzzers.sh: a fuzz target failed (its log is printed above)" >&2
+  exit 1
+fi
 say "all fuzz targets ran clean"
-printf '%s\n' "${summary[@]}"
+cat build/fuzz/summary/*

@@ -38,6 +38,10 @@ struct GenerationRequest {
   std::size_t max_tokens = 128;  // 0 generates nothing
   std::vector<std::string> stop;
   bool ignore_eos = false;
+  // Each generated token's log-probability, and this many most likely
+  // alternatives (engine/logprobs.h): [0, kMaxTopLogprobs], only with logprobs.
+  bool logprobs = false;
+  std::size_t top_logprobs = 0;
 };
 
 struct GenerationStats {

@@ -15,6 +15,9 @@ Sequence::Sequence(const Tokenizer& tokenizer, const GenerationRequest& request,
       max_tokens_(request.max_tokens),
       max_text_bytes_(tokenizer.max_text_bytes()),
       ignore_eos_(request.ignore_eos),
+      logprobs_on_(request.logprobs),
+      top_logprobs_(request.top_logprobs),
+      n_vocab_(n_vocab),
       sampler_(request.sampling, n_vocab),
       // Generated text continues the prompt: a first "▁there" keeps its space.
       decoder_(tokenizer, TokenStreamDecoder::Start::kContinuation),
@@ -26,6 +29,7 @@ absl::StatusOr<std::unique_ptr<Sequence>> Sequence::start(const Tokenizer& token
                                                           std::size_t context,
                                                           std::size_t n_vocab) {
   HEARTH_RETURN_IF_ERROR(validate_sampling(request.sampling));
+  HEARTH_RETURN_IF_ERROR(validate_logprobs(request.logprobs, request.top_logprobs));
   const std::size_t n_prompt = request.prompt_ids.size();
   if (n_prompt == 0) return absl::InvalidArgumentError("prompt: tokenizes to no tokens");
   for (std::int32_t id : request.prompt_ids)
@@ -88,6 +92,7 @@ absl::Status Sequence::advance(std::size_t n, const float* logits, MemoryAllocat
   }
   if (logits == nullptr) return absl::InvalidArgumentError("Sequence::advance: logits needed");
   HEARTH_ASSIGN_OR_RETURN(const std::int32_t token, sampler_.sample(logits, history_, scratch));
+  if (logprobs_on_) token_logprobs(logits, n_vocab_, token, top_logprobs_, logprobs_);
   if (!ignore_eos_ && tokenizer_.is_eog(token)) {
     end(FinishReason::kEos, emit);
     return absl::OkStatus();

@@ -35,6 +35,7 @@
 
 #include "absl/status/statusor.h"
 #include "engine/generation.h"
+#include "engine/logprobs.h"
 #include "engine/sampler.h"
 #include "engine/stop_matcher.h"
 #include "engine/token_stream_decoder.h"
@@ -75,6 +76,12 @@ class Sequence {
   // Ends the sequence now (client gone, deadline, shutdown): kCancelled.
   void cancel(const TokenCallback& emit);
 
+  // The log-probabilities of the token sampled last, while the TokenCallback
+  // that receives its piece runs (and until the next advance); nullptr
+  // unless the request asked for them.
+  const TokenLogprobs* logprobs() const { return logprobs_on_ ? &logprobs_ : nullptr; }
+  const Tokenizer& tokenizer() const { return tokenizer_; }
+
   bool finished() const { return finished_; }
   FinishReason finish() const { return finish_; }
   std::span<const std::int32_t> prompt_ids() const { return prompt_; }
@@ -97,6 +104,10 @@ class Sequence {
   const std::size_t max_tokens_;
   const std::size_t max_text_bytes_;
   const bool ignore_eos_;
+  const bool logprobs_on_;
+  const std::size_t top_logprobs_;
+  const std::size_t n_vocab_;
+  TokenLogprobs logprobs_;
   Sampler sampler_;
   TokenStreamDecoder decoder_;
   StopMatcher stops_;

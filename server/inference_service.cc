@@ -7,6 +7,7 @@
 
 #include "base/str_cat.h"
 #include "engine/generation.h"
+#include "engine/unicode.h"
 #include "server/request_validation.h"
 
 namespace hearth::server {
@@ -76,14 +77,31 @@ grpc::internal::MethodHandler* parsing_unary(
       });
 }
 
+void to_proto(const engine::TokenLogprob& t, const engine::Tokenizer& tokenizer,
+              hearth::v1::TokenLogprob* out) {
+  const std::string raw = tokenizer.token_text(t.id);
+  out->set_token_id(t.id);
+  out->set_text(engine::sanitize_utf8(raw));
+  out->set_raw(raw);
+  out->set_logprob(t.logprob);
+}
+
+void to_proto(const PieceLogprobs& logprobs, hearth::v1::TokenLogprobs* out) {
+  to_proto(logprobs.values.chosen, logprobs.tokenizer, out->mutable_chosen());
+  out->clear_top();
+  for (const engine::TokenLogprob& t : logprobs.values.alternatives())
+    to_proto(t, logprobs.tokenizer, out->add_top());
+}
+
 // A Complete call's pieces, gathered into its one response.
 class CompleteSink final : public PieceSink {
  public:
   explicit CompleteSink(hearth::v1::CompleteResponse& response) : response_(response) {}
   bool has_room(std::size_t) const override { return true; }
-  void piece(std::string_view text, std::int32_t token) override {
+  void piece(std::string_view text, std::int32_t token, const PieceLogprobs* logprobs) override {
     response_.mutable_text()->append(text.data(), text.size());
     if (token >= 0) response_.add_token_ids(token);
+    if (logprobs != nullptr) to_proto(*logprobs, response_.add_logprobs());
   }
   bool failed() const override { return false; }
 
@@ -167,12 +185,18 @@ grpc::Status InferenceService::run(grpc::ServerContext* context,
   if (writer != nullptr) {
     piece_writer.emplace(writers_.take());
     hearth::v1::GenerateResponse piece_msg;  // reused: keeps its text's capacity
-    (*piece_writer)->begin([writer, piece_msg](std::string_view text, std::int32_t token) mutable {
-      hearth::v1::Piece* piece = piece_msg.mutable_piece();
-      piece->set_text(text.data(), text.size());
-      piece->set_token_id(token);
-      return writer->Write(piece_msg);
-    });
+    (*piece_writer)
+        ->begin([writer, piece_msg](std::string_view text, std::int32_t token,
+                                    const PieceLogprobs* logprobs) mutable {
+          hearth::v1::Piece* piece = piece_msg.mutable_piece();
+          piece->set_text(text.data(), text.size());
+          piece->set_token_id(token);
+          if (logprobs != nullptr)
+            to_proto(*logprobs, piece->mutable_logprobs());
+          else
+            piece->clear_logprobs();
+          return writer->Write(piece_msg);
+        });
     sink = &stream_sink.emplace(**piece_writer);
   } else {
     sink = &complete_sink.emplace(*complete);

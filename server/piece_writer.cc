@@ -21,13 +21,15 @@ void PieceWriter::begin(Sink sink) {
   failed_.store(false, std::memory_order_release);
 }
 
-bool PieceWriter::push(std::string_view text, std::int32_t token) {
+bool PieceWriter::push(std::string_view text, std::int32_t token, const PieceLogprobs* logprobs) {
   std::unique_lock<std::mutex> lock(mu_);
   space_.wait(lock, [&] { return count_ < kCapacity || failed(); });
   if (failed()) return false;
   Slot& slot = slots_[(head_ + count_) % kCapacity];
   slot.text.assign(text.data(), text.size());
   slot.token = token;
+  slot.tokenizer = logprobs != nullptr ? &logprobs->tokenizer : nullptr;
+  if (logprobs != nullptr) slot.logprobs = logprobs->values;
   // The writer sleeps only on an empty queue.
   if (++count_ == 1) work_.notify_one();
   return true;
@@ -53,7 +55,10 @@ void PieceWriter::run() {
     if (count_ == 0) return;  // stop_, and nothing left to write
     const Slot& slot = slots_[head_];
     lock.unlock();
-    const bool ok = sink_(slot.text, slot.token);
+    const bool ok = slot.tokenizer == nullptr ? sink_(slot.text, slot.token, nullptr) : [&] {
+      const PieceLogprobs logprobs{slot.logprobs, *slot.tokenizer};
+      return sink_(slot.text, slot.token, &logprobs);
+    }();
     lock.lock();
     head_ = (head_ + 1) % kCapacity;
     --count_;

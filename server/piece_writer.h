@@ -48,7 +48,8 @@ class PieceWriter {
   // false when the stream is gone. (Not gRPC's buffer hint for pieces queued
   // behind: a synchronous Write with that hint waits for the next write to
   // flush it, which this same thread would make, so it never returns.)
-  using Sink = std::function<bool(std::string_view text, std::int32_t token)>;
+  using Sink =
+      std::function<bool(std::string_view text, std::int32_t token, const PieceLogprobs* logprobs)>;
   static constexpr std::size_t kCapacity = 64;
 
   PieceWriter();
@@ -61,7 +62,7 @@ class PieceWriter {
   void begin(Sink sink);
   // Queues a piece, waiting while kCapacity are queued. False when a write of
   // this stream has failed (the piece is dropped).
-  bool push(std::string_view text, std::int32_t token);
+  bool push(std::string_view text, std::int32_t token, const PieceLogprobs* logprobs = nullptr);
   // Whether `pieces` more can be queued without waiting (or a write has
   // failed, so push() would drop them at once).
   bool has_room(std::size_t pieces);
@@ -77,6 +78,8 @@ class PieceWriter {
   struct Slot {
     std::string text;
     std::int32_t token = 0;
+    engine::TokenLogprobs logprobs;                // a copy, when `tokenizer` is set
+    const engine::Tokenizer* tokenizer = nullptr;  // outlives every stream
   };
   std::array<Slot, kCapacity> slots_;
   std::mutex mu_;
@@ -96,7 +99,9 @@ class PieceWriterSink final : public PieceSink {
  public:
   explicit PieceWriterSink(PieceWriter& writer) : writer_(writer) {}
   bool has_room(std::size_t pieces) const override { return writer_.has_room(pieces); }
-  void piece(std::string_view text, std::int32_t token) override { writer_.push(text, token); }
+  void piece(std::string_view text, std::int32_t token, const PieceLogprobs* logprobs) override {
+    writer_.push(text, token, logprobs);
+  }
   bool failed() const override { return writer_.failed(); }
 
  private:

@@ -26,7 +26,7 @@ class TimedSink final : public PieceSink {
       : out_(out), record_(record), observer_(observer) {}
   bool has_room(std::size_t pieces) const override { return out_.has_room(pieces); }
   bool failed() const override { return out_.failed(); }
-  void piece(std::string_view text, std::int32_t token) override {
+  void piece(std::string_view text, std::int32_t token, const PieceLogprobs* logprobs) override {
     if (token >= 0) {
       const Clock::time_point now = Clock::now();
       if (tokens_ == 0) {
@@ -39,7 +39,7 @@ class TimedSink final : public PieceSink {
     } else if (text.empty()) {
       return;  // nothing held back at the end
     }
-    out_.piece(text, token);
+    out_.piece(text, token, logprobs);
   }
 
  private:
@@ -70,6 +70,7 @@ absl::Status check_generation_request(const engine::GenerationRequest& r,
   }
   if (absl::Status s = engine::validate_sampling(r.sampling); !s.ok())
     return invalid(str_cat("sampling.", s.message()));
+  HEARTH_RETURN_IF_ERROR(engine::validate_logprobs(r.logprobs, r.top_logprobs));
   return absl::OkStatus();
 }
 

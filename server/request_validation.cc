@@ -108,6 +108,8 @@ void map_generation_request(const hearth::v1::GenerateRequest& r, std::size_t ma
   if (r.has_add_bos()) out.tokenize.add_bos = r.add_bos();
   out.tokenize.parse_special = r.parse_special();
   out.ignore_eos = r.ignore_eos();
+  out.logprobs = r.logprobs();
+  out.top_logprobs = r.top_logprobs();
 }
 
 absl::Status to_generation_request(const hearth::v1::GenerateRequest& r,

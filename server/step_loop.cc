@@ -92,7 +92,12 @@ absl::StatusOr<RunResult> StepLoop::run(engine::Module& instance, std::size_t in
   a.sink = &sink;
   a.call = &call;
   a.aborted = &aborted;
-  a.emit = [&sink](std::string_view text, std::int32_t token) { sink.piece(text, token); };
+  a.emit = [&sink, &sequence](std::string_view text, std::int32_t token) {
+    const engine::TokenLogprobs* values = token >= 0 ? sequence.logprobs() : nullptr;
+    if (values == nullptr) return sink.piece(text, token, nullptr);
+    const PieceLogprobs logprobs{*values, sequence.tokenizer()};
+    sink.piece(text, token, &logprobs);
+  };
   a.handed_over = Clock::now();
   {
     std::unique_lock<std::mutex> lock(mu_);

@@ -800,13 +800,14 @@ const std::vector<std::string> kNeverMatchingStops = {"QQ#QQ", "\x01\x02zz"};
 // allocation: gathering the inputs, BatchedForward::step (every layer, the
 // output projection of four rows), and each Sequence::advance (seeded
 // sampling with top-k, top-p and penalties, EOS check, stop strings,
-// detokenizing), with a piece callback that copies into a preallocated
-// string; the step's TempAllocatorLease included. Counted from every thread
-// (the kernel pool's workers too), over 64 steps: a short window could miss
-// an allocation that only a later step's data triggers. Warm-up: the prefill
-// step and four decode steps, which fill the temp allocator's cache with
-// this step shape's blocks (without them the first decode steps allocate:
-// measured 10 to 16 blocks).
+// detokenizing; log-probabilities with 20 alternatives on two lanes), with
+// a piece callback that copies into a preallocated string; the step's
+// TempAllocatorLease included. Counted from every thread (the kernel pool's
+// workers too), over 64 steps: a short window could miss an allocation that
+// only a later step's data triggers. Warm-up: the prefill step and four
+// decode steps, which fill the temp allocator's cache with this step shape's
+// blocks (without them the first decode steps allocate: measured 10 to 16
+// blocks).
 TEST_P(Batched, SteadyDecodeStepOfFourSequencesMakesNoHeapAllocation) {
   if (needs_shared()) HEARTH_REQUIRE_SHARED();
   std::unique_ptr<Model> m = load_model(weights());
@@ -835,6 +836,8 @@ TEST_P(Batched, SteadyDecodeStepOfFourSequencesMakesNoHeapAllocation) {
     r.sampling.repetition_penalty = 1.2f;
     r.sampling.frequency_penalty = 0.1f;
     r.sampling.seed = 7 + i;
+    r.logprobs = i % 2 == 0;  // two lanes also compute log-probabilities
+    r.top_logprobs = r.logprobs ? 20 : 0;
     auto s = Sequence::start(*m->tokenizer, r, inst[i]->context_length(), m->vocab());
     ASSERT_TRUE(s.ok()) << s.status();
     seq[i] = std::move(*s);

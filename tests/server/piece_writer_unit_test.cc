@@ -1,6 +1,7 @@
 // PieceWriter in-process: order, back-pressure, a failed
-// write releasing the producer, reuse for the next stream, the pool, and no
-// heap allocation per piece once warm. Orderings are forced with a gate the
+// write releasing the producer, reuse for the next stream, the pool,
+// log-probabilities passed on as pushed, and no heap allocation per piece
+// once warm. Orderings are forced with a gate the
 // sink waits on, never with sleeps.
 #include "server/piece_writer.h"
 
@@ -13,6 +14,9 @@
 #include <thread>
 #include <vector>
 
+#include "engine/gguf.h"
+#include "engine/synthetic_model.h"
+#include "engine/tokenizer.h"
 #include "tests/support/heap_counter.h"
 
 namespace hearth::server {
@@ -27,7 +31,7 @@ class GatedSink {
   };
 
   PieceWriter::Sink sink(int fail_at = -1) {
-    return [this, fail_at](std::string_view text, std::int32_t token) {
+    return [this, fail_at](std::string_view text, std::int32_t token, const PieceLogprobs*) {
       std::unique_lock<std::mutex> lock(mu_);
       entered_ = true;
       changed_.notify_all();
@@ -156,25 +160,95 @@ TEST(PieceWriterTest, ServesTheNextStreamAfterFinish) {
   EXPECT_EQ(w[1].text, "c");
 }
 
-TEST(PieceWriterTest, NoHeapAllocationPerPieceOnceWarm) {
+// A tokenizer to name tokens with (the synthetic demo model's).
+struct DemoTokenizer {
+  DemoTokenizer() {
+    auto bytes = engine::synthesize_model(engine::SyntheticModelSpec{});
+    EXPECT_TRUE(bytes.ok()) << bytes.status();
+    if (!bytes.ok()) return;
+    gguf = std::move(*bytes);
+    auto file = engine::GgufFile::parse(reinterpret_cast<const std::uint8_t*>(gguf.data()),
+                                        gguf.size(), "demo");
+    EXPECT_TRUE(file.ok()) << file.status();
+    if (!file.ok()) return;
+    auto t = engine::Tokenizer::from_gguf(**file);
+    EXPECT_TRUE(t.ok()) << t.status();
+    if (t.ok()) tokenizer = std::move(*t);
+  }
+  std::string gguf;
+  std::unique_ptr<engine::Tokenizer> tokenizer;
+};
+
+engine::TokenLogprobs some_logprobs(std::int32_t token) {
+  engine::TokenLogprobs lp;
+  lp.chosen = {token, -0.25f * static_cast<float>(token)};
+  lp.n_top = 3;
+  for (std::size_t j = 0; j < lp.n_top; ++j)
+    lp.top[j] = {static_cast<std::int32_t>(10 + j), -static_cast<float>(j)};
+  return lp;
+}
+
+TEST(PieceWriterTest, PassesLogprobsOnAsPushed) {
+  DemoTokenizer demo;
+  ASSERT_NE(demo.tokenizer, nullptr);
   PieceWriter writer;
-  std::size_t bytes = 0;
-  writer.begin([&bytes](std::string_view text, std::int32_t) {
-    bytes += text.size();
+  std::vector<engine::TokenLogprobs> got;
+  std::vector<const engine::Tokenizer*> named_by;
+  std::size_t without = 0;
+  writer.begin([&](std::string_view, std::int32_t, const PieceLogprobs* logprobs) {
+    if (logprobs == nullptr) {
+      ++without;
+    } else {
+      got.push_back(logprobs->values);
+      named_by.push_back(&logprobs->tokenizer);
+    }
     return true;
   });
+  // More pieces than slots: each slot is reused with other figures.
+  for (std::int32_t t = 0; t < static_cast<std::int32_t>(2 * PieceWriter::kCapacity); ++t) {
+    const engine::TokenLogprobs values = some_logprobs(t);
+    const PieceLogprobs lp{values, *demo.tokenizer};
+    ASSERT_TRUE(writer.push("x", t, t % 2 == 0 ? &lp : nullptr));
+  }
+  ASSERT_TRUE(writer.push("", -1));
+  ASSERT_TRUE(writer.finish());
+  ASSERT_EQ(got.size(), PieceWriter::kCapacity);
+  EXPECT_EQ(without, PieceWriter::kCapacity + 1);
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    const engine::TokenLogprobs want = some_logprobs(static_cast<std::int32_t>(2 * i));
+    EXPECT_EQ(got[i].chosen.id, want.chosen.id);
+    EXPECT_EQ(got[i].chosen.logprob, want.chosen.logprob);
+    ASSERT_EQ(got[i].n_top, want.n_top);
+    for (std::size_t j = 0; j < want.n_top; ++j) {
+      EXPECT_EQ(got[i].top[j].id, want.top[j].id);
+      EXPECT_EQ(got[i].top[j].logprob, want.top[j].logprob);
+    }
+    EXPECT_EQ(named_by[i], demo.tokenizer.get());
+  }
+}
+
+TEST(PieceWriterTest, NoHeapAllocationPerPieceOnceWarm) {
+  DemoTokenizer demo;
+  ASSERT_NE(demo.tokenizer, nullptr);
+  PieceWriter writer;
+  std::size_t bytes = 0;
+  auto sink = [&bytes](std::string_view text, std::int32_t, const PieceLogprobs*) {
+    bytes += text.size();
+    return true;
+  };
+  writer.begin(sink);
   const std::string text(40, 'x');  // longer than std::string's inline buffer
+  const engine::TokenLogprobs values = some_logprobs(1);
+  const PieceLogprobs lp{values, *demo.tokenizer};
   // Warm-up: every slot gets a string buffer of this size.
   for (std::size_t i = 0; i < 4 * PieceWriter::kCapacity; ++i) ASSERT_TRUE(writer.push(text, 1));
   ASSERT_TRUE(writer.finish());
-  writer.begin([&bytes](std::string_view text, std::int32_t) {
-    bytes += text.size();
-    return true;
-  });
+  writer.begin(sink);
   std::uint64_t allocations = 0;
   {
     testing::HeapCounter counter;
-    for (std::size_t i = 0; i < 4 * PieceWriter::kCapacity; ++i) ASSERT_TRUE(writer.push(text, 1));
+    for (std::size_t i = 0; i < 4 * PieceWriter::kCapacity; ++i)
+      ASSERT_TRUE(writer.push(text, 1, i % 2 == 0 ? &lp : nullptr));
     ASSERT_TRUE(writer.finish());
     allocations = counter.allocations();
   }

@@ -83,7 +83,7 @@ TEST(StepLoopUnit, SteadyBatchedDecodeMakesNoHeapAllocationThroughTheRealLoop) {
   std::vector<std::thread> clients;
   std::array<absl::Status, kStreams> status;
   for (std::size_t s = 0; s < kStreams; ++s) {
-    writers[s].begin([&, s](std::string_view piece, std::int32_t token) {
+    writers[s].begin([&, s](std::string_view piece, std::int32_t token, const PieceLogprobs*) {
       const std::size_t n = std::min(piece.size(), text[s].size() - text_used[s]);
       std::copy_n(piece.data(), n, text[s].data() + text_used[s]);
       text_used[s] += n;
@@ -103,6 +103,8 @@ TEST(StepLoopUnit, SteadyBatchedDecodeMakesNoHeapAllocationThroughTheRealLoop) {
       call.request.stop = {"never appears in random text \x01"};
       call.request.sampling.temperature = 0.8f;
       call.request.sampling.seed = 100 + s;
+      call.request.logprobs = s % 2 == 0;  // two streams with log-probabilities
+      call.request.top_logprobs = call.request.logprobs ? 5 : 0;
       PieceWriterSink sink(writers[s]);
       RequestRecord record;
       status[s] = path.generate(call, sink, CallContext{}, record).status();

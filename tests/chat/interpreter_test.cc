@@ -1,0 +1,3 @@
+#include <gtest/gtest.h>
+#include "chat/chat_template.h"
+TEST(ChatInterpreter, Placeholder) {}

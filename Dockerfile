@@ -34,7 +34,7 @@ RUN apt-get update \
       libxnnpack-dev libpthreadpool-dev libcpuinfo-dev \
       libgtest-dev libgmock-dev googletest \
       libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
-      prometheus-cpp-dev \
+      prometheus-cpp-dev nlohmann-json3-dev \
       python3 python3-grpcio python3-grpc-tools openssl prometheus \
  && rm -rf /var/lib/apt/lists/*
 

@@ -17,7 +17,8 @@ PACKAGES=(
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   prometheus-cpp-dev
-  python3-grpcio python3-grpc-tools
+  python3-grpcio python3-grpc-tools python3-jinja2  # jinja2: the chat template conformance test
+  nlohmann-json3-dev
   clang-14 libclang-rt-14-dev
   prometheus openssl curl
   docker-compose  # validates deploy/docker-compose.yml (no daemon needed)

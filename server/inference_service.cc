@@ -5,6 +5,7 @@
 #include <functional>
 #include <optional>
 
+#include "base/status_macros.h"
 #include "base/str_cat.h"
 #include "engine/generation.h"
 #include "engine/unicode.h"
@@ -135,6 +136,30 @@ InferenceService::InferenceService(ModelRegistry& registry, ServiceOptions optio
   MarkMethodStreamed(3, parsing_unary(this, &InferenceService::Detokenize));
   MarkMethodStreamed(4, parsing_unary(this, &InferenceService::ListModels));
   MarkMethodStreamed(5, parsing_unary(this, &InferenceService::GetModel));
+  MarkMethodStreamed(6,
+                     new grpc::internal::SplitServerStreamingHandler<grpc::ByteBuffer,
+                                                                     hearth::v1::GenerateResponse>(
+                         [this](grpc::ServerContext* c, GenerateStream* s) { return chat(c, s); }));
+  MarkMethodStreamed(
+      7, new grpc::internal::StreamedUnaryHandler<grpc::ByteBuffer, hearth::v1::CompleteResponse>(
+             [this](grpc::ServerContext* c, CompleteStream* s) { return chat_complete(c, s); }));
+}
+
+absl::Status InferenceService::prepare(const grpc::ByteBuffer& request_bytes, Call& call) const {
+  const std::size_t limit = path_.options().max_tokens_limit;
+  if (call.is_chat) {
+    hearth::v1::ChatRequest request;
+    HEARTH_RETURN_IF_ERROR(parse_request(to_bytes(request_bytes), request));
+    call.echo_prompt_ids = request.echo_prompt_ids();
+    return map_chat_request(request, limit, call.chat);
+  }
+  hearth::v1::GenerateRequest request;
+  HEARTH_RETURN_IF_ERROR(parse_request(to_bytes(request_bytes), request));
+  call.echo_prompt_ids = request.echo_prompt_ids();
+  call.generate.model = request.model();
+  call.generate.reuse_prefix = !request.disable_prefix_reuse();
+  map_generation_request(request, limit, call.generate.request);
+  return absl::OkStatus();
 }
 
 grpc::Status InferenceService::check_auth(const grpc::ServerContext& context) const {
@@ -153,24 +178,20 @@ grpc::Status InferenceService::check_auth(const grpc::ServerContext& context) co
 }
 
 grpc::Status InferenceService::run(grpc::ServerContext* context,
-                                   const grpc::ByteBuffer& request_bytes, GenerateStream* writer,
-                                   hearth::v1::CompleteResponse* complete) {
+                                   const grpc::ByteBuffer& request_bytes, const char* method,
+                                   GenerateStream* writer, hearth::v1::CompleteResponse* complete) {
   RequestRecord record;
-  record.method = writer != nullptr ? "Generate" : "Complete";
+  record.method = method;
   auto finish = [&](grpc::Status status) {
     path_.finish(record, absl::Status(static_cast<absl::StatusCode>(status.error_code()),
                                       status.error_message()));
     return status;
   };
   if (grpc::Status s = check_auth(*context); !s.ok()) return finish(s);
-  hearth::v1::GenerateRequest request;
-  if (absl::Status s = parse_request(to_bytes(request_bytes), request); !s.ok())
-    return finish(to_grpc(s));
-  GenerateCall call;
-  call.method = record.method;
-  call.model = request.model();
-  map_generation_request(request, path_.options().max_tokens_limit, call.request);
-  call.reuse_prefix = !request.disable_prefix_reuse();
+  Call call;
+  call.is_chat = std::string_view(method).starts_with("Chat");
+  if (absl::Status s = prepare(request_bytes, call); !s.ok()) return finish(to_grpc(s));
+  call.generate.method = call.chat.method = method;
 
   CallContext call_context;
   call_context.deadline = steady_deadline(*context);
@@ -201,7 +222,9 @@ grpc::Status InferenceService::run(grpc::ServerContext* context,
   } else {
     sink = &complete_sink.emplace(*complete);
   }
-  absl::StatusOr<GenerateOutcome> outcome = path_.generate(call, *sink, call_context, record);
+  absl::StatusOr<GenerateOutcome> outcome =
+      call.is_chat ? path_.chat(call.chat, *sink, call_context, record)
+                   : path_.generate(call.generate, *sink, call_context, record);
   // Every piece is out (or the stream is gone, and Done's write will fail)
   // before the status or Done.
   if (piece_writer) (*piece_writer)->finish();
@@ -214,7 +237,7 @@ grpc::Status InferenceService::run(grpc::ServerContext* context,
   usage->set_prompt_tokens(static_cast<std::uint32_t>(outcome->prompt_ids.size()));
   usage->set_generated_tokens(static_cast<std::uint32_t>(outcome->generated_tokens));
   usage->set_cached_tokens(static_cast<std::uint32_t>(outcome->cached_tokens));
-  if (request.echo_prompt_ids())
+  if (call.echo_prompt_ids)
     for (std::int32_t id : outcome->prompt_ids) usage->add_prompt_ids(id);
   hearth::v1::Timings* t = done.mutable_timings();
   t->set_queue_s(outcome->queue_s);
@@ -275,7 +298,14 @@ grpc::Status InferenceService::generate(grpc::ServerContext* context, GenerateSt
   grpc::ByteBuffer request;
   if (!stream->Read(&request))
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "request: no message received");
-  return run(context, request, stream, nullptr);
+  return run(context, request, "Generate", stream, nullptr);
+}
+
+grpc::Status InferenceService::chat(grpc::ServerContext* context, GenerateStream* stream) {
+  grpc::ByteBuffer request;
+  if (!stream->Read(&request))
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "request: no message received");
+  return run(context, request, "Chat", stream, nullptr);
 }
 
 grpc::Status InferenceService::complete(grpc::ServerContext* context, CompleteStream* stream) {
@@ -283,7 +313,18 @@ grpc::Status InferenceService::complete(grpc::ServerContext* context, CompleteSt
   if (!stream->Read(&request))
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "request: no message received");
   hearth::v1::CompleteResponse response;
-  grpc::Status s = run(context, request, nullptr, &response);
+  grpc::Status s = run(context, request, "Complete", nullptr, &response);
+  if (s.ok() && !stream->Write(response))
+    return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
+  return s;
+}
+
+grpc::Status InferenceService::chat_complete(grpc::ServerContext* context, CompleteStream* stream) {
+  grpc::ByteBuffer request;
+  if (!stream->Read(&request))
+    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "request: no message received");
+  hearth::v1::CompleteResponse response;
+  grpc::Status s = run(context, request, "ChatComplete", nullptr, &response);
   if (s.ok() && !stream->Write(response))
     return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
   return s;

@@ -85,9 +85,22 @@ class InferenceService final : public hearth::v1::Inference::Service {
   using CompleteStream = grpc::ServerUnaryStreamer<grpc::ByteBuffer, hearth::v1::CompleteResponse>;
   grpc::Status generate(grpc::ServerContext* context, GenerateStream* stream);
   grpc::Status complete(grpc::ServerContext* context, CompleteStream* stream);
-  // One generation; `stream` (Generate) or `complete` (Complete) gets the output.
+  grpc::Status chat(grpc::ServerContext* context, GenerateStream* stream);
+  grpc::Status chat_complete(grpc::ServerContext* context, CompleteStream* stream);
+  // A generation call parsed and mapped, ready to start on the request path.
+  struct Call {
+    GenerateCall generate;  // Generate, Complete
+    ChatCall chat;          // Chat, ChatComplete
+    bool is_chat = false;
+    bool echo_prompt_ids = false;
+  };
+  // Parses `request_bytes` as the method's request message into `call`.
+  absl::Status prepare(const grpc::ByteBuffer& request_bytes, Call& call) const;
+  // One generation; `stream` (Generate, Chat) or `complete` (Complete,
+  // ChatComplete) gets the output.
   grpc::Status run(grpc::ServerContext* context, const grpc::ByteBuffer& request_bytes,
-                   GenerateStream* stream, hearth::v1::CompleteResponse* complete);
+                   const char* method, GenerateStream* stream,
+                   hearth::v1::CompleteResponse* complete);
 
   ModelRegistry& registry_;
   const ServiceOptions options_;

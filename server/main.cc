@@ -39,6 +39,8 @@ Models (with none, the built-in synthetic demo model is served as "demo"):
   --step-tokens N           token budget of one batched step: decode rows + prompt chunks
                             (default 24; larger admits prompts faster, smaller keeps
                             inter-token latency low while prompts are admitted)
+  --chat-template [NAME=]FILE   the Jinja chat template Chat renders for model NAME (without
+                            NAME=: for every model), instead of the file's own (repeatable)
   --keep-going              serve the models that load when another fails
 Network:
   --listen ADDR             gRPC address (default 0.0.0.0:50051; port 0 picks one)
@@ -107,9 +109,9 @@ int main(int argc, char** argv) {
        [](double v) { kernels::set_default_thread_count(static_cast<std::size_t>(v)); }},
       {"grace-period-s", 0, 3600, false, [&](double v) { options.grace_period_s = v; }},
   };
-  std::vector<std::string> value_flags = {"model",   "config",         "kv-cache",
-                                          "listen",  "metrics-listen", "tls-cert",
-                                          "tls-key", "auth-token",     "auth-token-file"};
+  std::vector<std::string> value_flags = {
+      "model",          "config",   "kv-cache", "chat-template", "listen",
+      "metrics-listen", "tls-cert", "tls-key",  "auth-token",    "auth-token-file"};
   for (const NumericFlag& f : numeric_flags) value_flags.push_back(f.name);
 
   hearth::Flags flags("hearth-server", value_flags, {"help", "keep-going"});
@@ -168,6 +170,10 @@ int main(int argc, char** argv) {
         "no --model or --config given: serving the BUILT-IN SYNTHETIC DEMO MODEL as "
         "'demo' (random weights: its text is meaningless)");
   }
+  if (absl::Status s =
+          server::apply_chat_template_flags(flags.get_all("chat-template"), options.models);
+      !s.ok())
+    return usage_error(str_cat("hearth-server: --chat-template: ", s.message()));
   if (absl::Status s = server::validate_specs(options.models); !s.ok())
     return usage_error(str_cat("hearth-server: ", s.message()));
 

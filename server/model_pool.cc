@@ -1,11 +1,14 @@
 #include "server/model_pool.h"
 
 #include <algorithm>
+#include <fstream>
+#include <sstream>
 
 #include "base/str_cat.h"
 #include "engine/gguf.h"
 #include "engine/synthetic_model.h"
 #include "memory/thread_temp_allocator.h"
+#include "spdlog/spdlog.h"
 
 namespace hearth::server {
 
@@ -37,6 +40,7 @@ absl::StatusOr<std::unique_ptr<ModelPool>> ModelPool::load(const ModelSpec& spec
   auto tokenizer = engine::Tokenizer::from_gguf(*file);
   if (!tokenizer.ok()) return fail(tokenizer.status());
   pool->tokenizer_ = std::move(*tokenizer);
+  if (absl::Status s = pool->load_chat_prompt(*file); !s.ok()) return fail(s);
 
   engine::ModuleOptions options;
   options.context_length = spec.context;
@@ -70,6 +74,48 @@ absl::StatusOr<std::unique_ptr<ModelPool>> ModelPool::load(const ModelSpec& spec
 }
 
 ModelPool::~ModelPool() = default;
+
+absl::Status ModelPool::load_chat_prompt(const engine::GgufFile& file) {
+  const engine::Tokenizer& t = *tokenizer_;
+  std::string bos(t.bos() >= 0 ? t.piece(t.bos()) : std::string_view());
+  std::string eos(t.eos() >= 0 ? t.piece(t.eos()) : std::string_view());
+  if (!spec_.chat_template.empty()) {
+    std::ifstream in(spec_.chat_template, std::ios::binary);
+    if (!in)
+      return absl::NotFoundError(
+          str_cat("--chat-template: cannot read '", spec_.chat_template, "'"));
+    std::ostringstream text;
+    text << in.rdbuf();
+    absl::StatusOr<chat::ChatPrompt> p =
+        chat::ChatPrompt::create(text.str(), spec_.chat_template, std::move(bos), std::move(eos));
+    if (!p.ok()) return p.status();
+    chat_ = std::move(*p);
+    return absl::OkStatus();
+  }
+  absl::StatusOr<std::string_view> source = file.get_string("tokenizer.chat_template");
+  if (!source.ok()) {
+    chat_unavailable_ = absl::FailedPreconditionError(
+        str_cat("model '", spec_.name,
+                "' has no chat template (its file has no tokenizer.chat_template; the server's "
+                "--chat-template gives one)"));
+    return absl::OkStatus();
+  }
+  absl::StatusOr<chat::ChatPrompt> p =
+      chat::ChatPrompt::create(*source, "tokenizer.chat_template", std::move(bos), std::move(eos));
+  if (!p.ok()) {
+    chat_unavailable_ =
+        absl::FailedPreconditionError(str_cat("model '", spec_.name, "': ", p.status().message()));
+    spdlog::warn("{}: Chat will be refused", std::string(chat_unavailable_.message()));
+    return absl::OkStatus();
+  }
+  chat_ = std::move(*p);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<const chat::ChatPrompt*> ModelPool::chat_prompt() const {
+  if (!chat_) return chat_unavailable_;
+  return &*chat_;
+}
 
 ModelPool::Lease::~Lease() {
   if (pool_ != nullptr) pool_->release(index_);

@@ -17,6 +17,12 @@
 // callback is the transport's code: it must not run under our lock, and
 // never on another request's thread).
 //
+// Chat: the model's chat template (spec.chat_template's file when given,
+// else the GGUF's tokenizer.chat_template) is parsed at load. An override
+// that cannot be read or parsed fails the load; a model file without a
+// template, or with one hearth cannot parse, still serves Generate, and
+// chat_prompt() says why Chat cannot run.
+//
 // Thread safety: every method may be called from any thread. `mu_` guards the
 // free list, the wait queue and the counters; the Modules themselves are
 // used by one lease holder at a time and need no lock.
@@ -30,11 +36,14 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "chat/chat_prompt.h"
+#include "engine/gguf.h"
 #include "engine/module.h"
 #include "engine/tokenizer.h"
 #include "engine/weights.h"
@@ -101,6 +110,9 @@ class ModelPool {
   PoolCounters counters() const;
   const ModelSpec& spec() const { return spec_; }
   const engine::Tokenizer& tokenizer() const { return *tokenizer_; }
+  // The model's chat template, or FAILED_PRECONDITION naming the model and
+  // why it has none.
+  absl::StatusOr<const chat::ChatPrompt*> chat_prompt() const;
   const engine::ModelWeights& weights() const { return *weights_; }
   std::size_t context_length() const { return context_; }
   // Parameters in the model file's tensors.
@@ -117,12 +129,16 @@ class ModelPool {
  private:
   explicit ModelPool(ModelSpec spec) : spec_(std::move(spec)) {}
   void release(std::size_t index);
+  // Sets chat_ or chat_unavailable_ (see the class comment).
+  absl::Status load_chat_prompt(const engine::GgufFile& file);
   // Takes the free instance acquire() hands out. Requires mu_, free_ not empty.
   std::size_t take_free(std::span<const std::int32_t> prompt);
 
   const ModelSpec spec_;
   std::shared_ptr<const engine::ModelWeights> weights_;
   std::unique_ptr<engine::Tokenizer> tokenizer_;
+  std::optional<chat::ChatPrompt> chat_;                    // set at load, or...
+  absl::Status chat_unavailable_;                           // ...why not
   std::vector<std::unique_ptr<engine::Module>> instances_;  // fixed after load
   std::size_t context_ = 0;
   std::size_t max_chunk_ = 0;

@@ -41,6 +41,9 @@ absl::Status apply(std::string_view key, std::string_view value, ModelSpec& spec
     if (!parse_count(value, 0, kMaxContext, &spec.context)) return range(0, kMaxContext);
   } else if (key == "step_tokens") {
     if (!parse_count(value, 1, kMaxStepTokens, &spec.step_tokens)) return range(1, kMaxStepTokens);
+  } else if (key == "chat_template") {
+    if (value.empty()) return absl::InvalidArgumentError("chat_template: empty");
+    spec.chat_template = std::string(value);
   } else if (key == "kv_cache") {
     if (value == "int8") {
       spec.kv_cache = engine::KvCacheType::kInt8;
@@ -51,12 +54,39 @@ absl::Status apply(std::string_view key, std::string_view value, ModelSpec& spec
     }
   } else {
     return absl::InvalidArgumentError(str_cat(
-        "unknown key '", key, "' (known: path, instances, queue, context, kv_cache, step_tokens)"));
+        "unknown key '", key,
+        "' (known: path, instances, queue, context, kv_cache, step_tokens, chat_template)"));
   }
   return absl::OkStatus();
 }
 
 }  // namespace
+
+absl::Status apply_chat_template_flags(const std::vector<std::string>& values,
+                                       std::vector<ModelSpec>& specs) {
+  std::vector<bool> set(specs.size(), false);
+  auto assign = [&](std::size_t i, const std::string& file, const std::string& value) {
+    if (file.empty()) return absl::InvalidArgumentError(str_cat("'", value, "': no file"));
+    if (set[i])
+      return absl::InvalidArgumentError(
+          str_cat("'", value, "': model '", specs[i].name, "' already has a chat template"));
+    set[i] = true;
+    specs[i].chat_template = file;
+    return absl::OkStatus();
+  };
+  for (const std::string& value : values) {
+    const std::size_t eq = value.find('=');
+    bool named = false;
+    for (std::size_t i = 0; eq != std::string::npos && i < specs.size(); ++i) {
+      if (specs[i].name != value.substr(0, eq)) continue;
+      named = true;
+      if (absl::Status s = assign(i, value.substr(eq + 1), value); !s.ok()) return s;
+    }
+    for (std::size_t i = 0; !named && i < specs.size(); ++i)
+      if (absl::Status s = assign(i, value, value); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
 
 absl::Status validate_model_name(std::string_view name) {
   if (name.empty() || name.size() > 128)

@@ -9,6 +9,7 @@
 //   context = 2048       # KV positions per instance (default: the model's, capped at 4096)
 //   kv_cache = int8      # int8 | float (default: --kv-cache, int8)
 //   step_tokens = 24     # token budget of one batched step (default: --step-tokens, 24)
+//   chat_template = /models/tinyllama.jinja   # overrides the file's tokenizer.chat_template
 //
 // `path = builtin:demo` serves the built-in synthetic demo model.
 #pragma once
@@ -39,6 +40,9 @@ struct ModelSpec {
   // Token budget of one batched step of the model's step loop: decode rows
   // plus prompt-chunk rows (server/step_loop.h).
   std::size_t step_tokens = kDefaultStepTokens;
+  // A Jinja file that replaces the model file's tokenizer.chat_template;
+  // empty: the file's own (server/model_pool.h).
+  std::string chat_template;
 
   bool is_demo() const { return path == kDemoSource; }
 };
@@ -56,6 +60,12 @@ absl::StatusOr<std::vector<ModelSpec>> parse_model_config(std::string_view text,
 
 // "NAME=PATH" as given to --model.
 absl::StatusOr<ModelSpec> parse_model_flag(std::string_view value, const ModelSpec& defaults);
+
+// --chat-template values: "NAME=FILE" sets FILE for the spec named NAME;
+// a value without a served NAME before '=' is a FILE for every spec. Each
+// spec takes at most one. InvalidArgument naming the value.
+absl::Status apply_chat_template_flags(const std::vector<std::string>& values,
+                                       std::vector<ModelSpec>& specs);
 
 // Names are what clients send in `model`: 1-128 characters of [A-Za-z0-9._:/-].
 absl::Status validate_model_name(std::string_view name);

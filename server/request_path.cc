@@ -88,9 +88,34 @@ absl::StatusOr<GenerateOutcome> RequestPath::generate(const GenerateCall& call, 
                                                       const CallContext& context,
                                                       RequestRecord& record) {
   record.method = call.method;
-  HEARTH_ASSIGN_OR_RETURN(auto found, registry_.find(call.model));
-  ModelPool& pool = *found;
-  record.model = pool.spec().name;
+  HEARTH_ASSIGN_OR_RETURN(ModelPool * pool, registry_.find(call.model));
+  record.model = pool->spec().name;
+  return run(*pool, call, sink, context, record);
+}
+
+absl::StatusOr<GenerateOutcome> RequestPath::chat(const ChatCall& call, PieceSink& sink,
+                                                  const CallContext& context,
+                                                  RequestRecord& record) {
+  record.method = call.method;
+  HEARTH_ASSIGN_OR_RETURN(ModelPool * pool, registry_.find(call.model));
+  record.model = pool->spec().name;
+  if (call.conversation.messages.empty()) return invalid("messages: at least one is needed");
+  HEARTH_ASSIGN_OR_RETURN(const chat::ChatPrompt* prompt, pool->chat_prompt());
+  GenerateCall generate;
+  generate.method = call.method;
+  generate.model = call.model;
+  generate.reuse_prefix = call.reuse_prefix;
+  generate.request = call.request;
+  HEARTH_ASSIGN_OR_RETURN(generate.request.prompt, prompt->render(call.conversation));
+  generate.request.tokenize.parse_special = true;
+  generate.request.tokenize.add_bos =
+      pool->tokenizer().add_bos_default() && !prompt->starts_with_bos(generate.request.prompt);
+  return run(*pool, generate, sink, context, record);
+}
+
+absl::StatusOr<GenerateOutcome> RequestPath::run(ModelPool& pool, const GenerateCall& call,
+                                                 PieceSink& sink, const CallContext& context,
+                                                 RequestRecord& record) {
   HEARTH_RETURN_IF_ERROR(check_generation_request(call.request, options_.max_tokens_limit));
   const std::size_t vocab = pool.tokenizer().vocab_size();
   const std::int32_t top_k = call.request.sampling.top_k;

@@ -18,6 +18,12 @@
 //   5. maps how it ended to a status: CANCELLED (client), DEADLINE_EXCEEDED,
 //      UNAVAILABLE (the server's grace period ran out), or OK with the
 //      outcome (finish reason, usage, timings).
+// chat() first renders the conversation with the model's chat template
+// (FAILED_PRECONDITION when it has none; INVALID_ARGUMENT when the template
+// refuses the messages), on the calling thread, then runs the prompt as
+// generate() does, its special-token text parsed as special tokens (the
+// template writes the turn markers) and BOS added only when the model adds
+// one and the rendered text does not already begin with it.
 // The caller ends the call (its last write) and then reports it with
 // finish(), which tells the observer once.
 //
@@ -31,6 +37,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "chat/chat_template.h"
 #include "engine/generation.h"
 #include "server/model_registry.h"
 #include "server/request_observer.h"
@@ -51,6 +58,17 @@ struct GenerateCall {
   engine::GenerationRequest request;  // prompt text (not ids), sampling, stop, max_tokens...
   // Start prefill after the longest prefix of the prompt already in one of
   // the model's KV caches (server/kv_prefix_index.h).
+  bool reuse_prefix = true;
+};
+
+// A chat request in plain values: the conversation and what the template
+// sees, plus the generation options (request.prompt is left empty: the
+// rendered template becomes the prompt).
+struct ChatCall {
+  std::string method;  // "Chat", "ChatComplete", ...
+  std::string model;
+  chat::ChatContext conversation;  // messages, add_generation_prompt, tools, extra
+  engine::GenerationRequest request;
   bool reuse_prefix = true;
 };
 
@@ -83,6 +101,9 @@ class RequestPath {
   // tokens, timings, temp allocator figures) for finish().
   absl::StatusOr<GenerateOutcome> generate(const GenerateCall& call, PieceSink& sink,
                                            const CallContext& context, RequestRecord& record);
+  // One chat reply (see above); the same outcome as generate().
+  absl::StatusOr<GenerateOutcome> chat(const ChatCall& call, PieceSink& sink,
+                                       const CallContext& context, RequestRecord& record);
   // Reports a finished call of any method with its final status.
   void finish(RequestRecord& record, const absl::Status& status);
 
@@ -95,6 +116,10 @@ class RequestPath {
   const RequestPathOptions& options() const { return options_; }
 
  private:
+  // generate() once the model is found and `call.request.prompt` is its text.
+  absl::StatusOr<GenerateOutcome> run(ModelPool& pool, const GenerateCall& call, PieceSink& sink,
+                                      const CallContext& context, RequestRecord& record);
+
   ModelRegistry& registry_;
   const RequestPathOptions options_;
   RequestObserver* observer_;  // may be nullptr; outlives the path

@@ -3,6 +3,7 @@
 #include <climits>
 #include <map>
 
+#include "base/status_macros.h"
 #include "base/str_cat.h"
 #include "engine/unicode.h"
 
@@ -87,9 +88,13 @@ absl::Status parse_request(std::string_view bytes, google::protobuf::Message& ou
                     : field);
 }
 
-void map_generation_request(const hearth::v1::GenerateRequest& r, std::size_t max_tokens_limit,
+namespace {
+
+// The generation options GenerateRequest and ChatRequest share (the same
+// field names in both messages).
+template <typename Request>
+void map_generation_options(const Request& r, std::size_t max_tokens_limit,
                             engine::GenerationRequest& out) {
-  out.prompt.assign(r.prompt().data(), r.prompt().size());
   out.max_tokens = r.has_max_tokens() ? r.max_tokens()
                                       : (kDefaultMaxTokens < max_tokens_limit ? kDefaultMaxTokens
                                                                               : max_tokens_limit);
@@ -105,11 +110,64 @@ void map_generation_request(const hearth::v1::GenerateRequest& r, std::size_t ma
   sp.frequency_penalty = p.frequency_penalty();
   if (p.has_penalty_last_n()) sp.penalty_last_n = p.penalty_last_n();
   sp.seed = p.seed();
-  if (r.has_add_bos()) out.tokenize.add_bos = r.add_bos();
-  out.tokenize.parse_special = r.parse_special();
   out.ignore_eos = r.ignore_eos();
   out.logprobs = r.logprobs();
   out.top_logprobs = r.top_logprobs();
+}
+
+// `text` parsed as JSON, or InvalidArgument naming `field`.
+absl::StatusOr<nlohmann::ordered_json> parse_json(const std::string& text, std::string_view field) {
+  nlohmann::ordered_json value = nlohmann::ordered_json::parse(text, nullptr, false);
+  if (value.is_discarded()) return invalid(str_cat(field, ": not valid JSON"));
+  return value;
+}
+
+absl::StatusOr<nlohmann::ordered_json> to_message(const hearth::v1::ChatMessage& m, std::size_t i) {
+  const std::string field = str_cat("messages[", i, "]");
+  if (m.role().empty()) return invalid(str_cat(field, ".role: must not be empty"));
+  nlohmann::ordered_json out = {{"role", m.role()}, {"content", m.content()}};
+  if (!m.name().empty()) out["name"] = m.name();
+  if (!m.tool_call_id().empty()) out["tool_call_id"] = m.tool_call_id();
+  if (!m.tool_calls().empty()) {
+    HEARTH_ASSIGN_OR_RETURN(nlohmann::ordered_json calls,
+                            parse_json(m.tool_calls(), field + ".tool_calls"));
+    if (!calls.is_array()) return invalid(str_cat(field, ".tool_calls: must be a JSON array"));
+    out["tool_calls"] = std::move(calls);
+  }
+  return out;
+}
+
+}  // namespace
+
+void map_generation_request(const hearth::v1::GenerateRequest& r, std::size_t max_tokens_limit,
+                            engine::GenerationRequest& out) {
+  out.prompt.assign(r.prompt().data(), r.prompt().size());
+  map_generation_options(r, max_tokens_limit, out);
+  if (r.has_add_bos()) out.tokenize.add_bos = r.add_bos();
+  out.tokenize.parse_special = r.parse_special();
+}
+
+absl::Status map_chat_request(const hearth::v1::ChatRequest& r, std::size_t max_tokens_limit,
+                              ChatCall& out) {
+  out.model = r.model();
+  out.reuse_prefix = !r.disable_prefix_reuse();
+  map_generation_options(r, max_tokens_limit, out.request);
+  chat::ChatContext& c = out.conversation;
+  c.messages = nlohmann::ordered_json::array();
+  for (int i = 0; i < r.messages_size(); ++i) {
+    HEARTH_ASSIGN_OR_RETURN(nlohmann::ordered_json m, to_message(r.messages(i), i));
+    c.messages.push_back(std::move(m));
+  }
+  c.add_generation_prompt = r.has_add_generation_prompt() ? r.add_generation_prompt() : true;
+  if (!r.tools().empty()) {
+    HEARTH_ASSIGN_OR_RETURN(c.tools, parse_json(r.tools(), "tools"));
+    if (!c.tools->is_array()) return invalid("tools: must be a JSON array");
+  }
+  if (!r.template_kwargs().empty()) {
+    HEARTH_ASSIGN_OR_RETURN(c.extra, parse_json(r.template_kwargs(), "template_kwargs"));
+    if (!c.extra.is_object()) return invalid("template_kwargs: must be a JSON object");
+  }
+  return absl::OkStatus();
 }
 
 absl::Status to_generation_request(const hearth::v1::GenerateRequest& r,

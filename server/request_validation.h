@@ -31,6 +31,13 @@ absl::Status parse_request(std::string_view bytes, google::protobuf::Message& ou
 // Maps every field; never fails.
 void map_generation_request(const hearth::v1::GenerateRequest& request,
                             std::size_t max_tokens_limit, engine::GenerationRequest& out);
+// The chat request's conversation (messages as the template sees them; the
+// JSON of tools, tool_calls and template_kwargs parsed) and generation
+// options. InvalidArgument naming the field: "messages[2].role: must not be
+// empty", "tools: not valid JSON (...)", "template_kwargs: must be a JSON
+// object".
+absl::Status map_chat_request(const hearth::v1::ChatRequest& request, std::size_t max_tokens_limit,
+                              ChatCall& out);
 // map_generation_request, then check_generation_request.
 absl::Status to_generation_request(const hearth::v1::GenerateRequest& request,
                                    std::size_t max_tokens_limit, engine::GenerationRequest& out);

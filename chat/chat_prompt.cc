@@ -1,0 +1,27 @@
+#include "chat/chat_prompt.h"
+
+#include "base/str_cat.h"
+
+namespace hearth::chat {
+
+absl::StatusOr<ChatPrompt> ChatPrompt::create(std::string_view source, std::string origin,
+                                              std::string bos_token, std::string eos_token) {
+  absl::StatusOr<ChatTemplate> parsed = ChatTemplate::parse(source);
+  if (!parsed.ok())
+    return absl::Status(parsed.status().code(),
+                        str_cat("chat template (", origin, "): ", parsed.status().message()));
+  return ChatPrompt(std::move(*parsed), std::move(origin), std::move(bos_token),
+                    std::move(eos_token));
+}
+
+absl::StatusOr<std::string> ChatPrompt::render(ChatContext context) const {
+  context.bos_token = bos_;
+  context.eos_token = eos_;
+  absl::StatusOr<std::string> text = template_.render(context);
+  if (!text.ok())
+    return absl::Status(text.status().code(),
+                        str_cat("chat template (", origin_, "): ", text.status().message()));
+  return text;
+}
+
+}  // namespace hearth::chat

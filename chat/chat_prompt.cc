@@ -1,5 +1,8 @@
 #include "chat/chat_prompt.h"
 
+#include <fstream>
+#include <sstream>
+
 #include "base/str_cat.h"
 
 namespace hearth::chat {
@@ -12,6 +15,23 @@ absl::StatusOr<ChatPrompt> ChatPrompt::create(std::string_view source, std::stri
                         str_cat("chat template (", origin, "): ", parsed.status().message()));
   return ChatPrompt(std::move(*parsed), std::move(origin), std::move(bos_token),
                     std::move(eos_token));
+}
+
+absl::StatusOr<ChatPrompt> ChatPrompt::load(const std::string& override_path,
+                                            std::optional<std::string_view> model_template,
+                                            std::string bos_token, std::string eos_token) {
+  if (override_path.empty()) {
+    if (!model_template)
+      return absl::FailedPreconditionError(
+          "no chat template (the model file has no tokenizer.chat_template)");
+    return create(*model_template, "tokenizer.chat_template", std::move(bos_token),
+                  std::move(eos_token));
+  }
+  std::ifstream in(override_path, std::ios::binary);
+  if (!in) return absl::NotFoundError(str_cat("cannot read chat template '", override_path, "'"));
+  std::ostringstream text;
+  text << in.rdbuf();
+  return create(text.str(), override_path, std::move(bos_token), std::move(eos_token));
 }
 
 absl::StatusOr<std::string> ChatPrompt::render(ChatContext context) const {

@@ -5,6 +5,7 @@
 // Immutable after create(); render() may run on many threads at once.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -19,6 +20,14 @@ class ChatPrompt {
   // ("tokenizer.chat_template", a file's path); parse errors name it.
   static absl::StatusOr<ChatPrompt> create(std::string_view source, std::string origin,
                                            std::string bos_token, std::string eos_token);
+
+  // A model's template: the file at `override_path` when not empty (NotFound
+  // naming it when unreadable), else `model_template`, the one the model
+  // file carries (FailedPrecondition when it carries none). Parse errors
+  // as create().
+  static absl::StatusOr<ChatPrompt> load(const std::string& override_path,
+                                         std::optional<std::string_view> model_template,
+                                         std::string bos_token, std::string eos_token);
 
   // The prompt text for `context` (its bos_token and eos_token are set to the
   // model's). The template's own errors are INVALID_ARGUMENT naming the

@@ -1,8 +1,6 @@
 #include "server/model_pool.h"
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 
 #include "base/str_cat.h"
 #include "engine/gguf.h"
@@ -77,38 +75,22 @@ ModelPool::~ModelPool() = default;
 
 absl::Status ModelPool::load_chat_prompt(const engine::GgufFile& file) {
   const engine::Tokenizer& t = *tokenizer_;
-  std::string bos(t.bos() >= 0 ? t.piece(t.bos()) : std::string_view());
-  std::string eos(t.eos() >= 0 ? t.piece(t.eos()) : std::string_view());
-  if (!spec_.chat_template.empty()) {
-    std::ifstream in(spec_.chat_template, std::ios::binary);
-    if (!in)
-      return absl::NotFoundError(
-          str_cat("--chat-template: cannot read '", spec_.chat_template, "'"));
-    std::ostringstream text;
-    text << in.rdbuf();
-    absl::StatusOr<chat::ChatPrompt> p =
-        chat::ChatPrompt::create(text.str(), spec_.chat_template, std::move(bos), std::move(eos));
-    if (!p.ok()) return p.status();
+  absl::StatusOr<std::string_view> in_file = file.get_string("tokenizer.chat_template");
+  absl::StatusOr<chat::ChatPrompt> p = chat::ChatPrompt::load(
+      spec_.chat_template,
+      in_file.ok() ? std::optional<std::string_view>(*in_file) : std::nullopt,
+      std::string(t.bos() >= 0 ? t.piece(t.bos()) : std::string_view()),
+      std::string(t.eos() >= 0 ? t.piece(t.eos()) : std::string_view()));
+  if (p.ok()) {
     chat_ = std::move(*p);
     return absl::OkStatus();
   }
-  absl::StatusOr<std::string_view> source = file.get_string("tokenizer.chat_template");
-  if (!source.ok()) {
-    chat_unavailable_ = absl::FailedPreconditionError(
-        str_cat("model '", spec_.name,
-                "' has no chat template (its file has no tokenizer.chat_template; the server's "
-                "--chat-template gives one)"));
-    return absl::OkStatus();
-  }
-  absl::StatusOr<chat::ChatPrompt> p =
-      chat::ChatPrompt::create(*source, "tokenizer.chat_template", std::move(bos), std::move(eos));
-  if (!p.ok()) {
-    chat_unavailable_ =
-        absl::FailedPreconditionError(str_cat("model '", spec_.name, "': ", p.status().message()));
-    spdlog::warn("{}: Chat will be refused", std::string(chat_unavailable_.message()));
-    return absl::OkStatus();
-  }
-  chat_ = std::move(*p);
+  // A template the operator gave must work; the file's own only matters to Chat.
+  if (!spec_.chat_template.empty()) return p.status();
+  chat_unavailable_ = absl::FailedPreconditionError(
+      str_cat("model '", spec_.name, "': ", p.status().message(),
+              in_file.ok() ? "" : " (the server's --chat-template gives one)"));
+  if (in_file.ok()) spdlog::warn("{}: Chat will be refused", std::string(p.status().message()));
   return absl::OkStatus();
 }
 

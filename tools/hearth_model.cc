@@ -2,12 +2,15 @@
 //
 //   hearth-model inspect FILE
 //   hearth-model tokenize FILE [--bos|--no-bos] [--parse-special|--no-parse-special] < text
+//   hearth-model render-chat FILE --messages FILE.json [--template FILE] [--tools FILE.json]
+//                            [--no-generation-prompt]
 //   hearth-model quantize IN OUT --type q8_0|q4_0
 //   hearth-model synth OUT [--dim N --layers N --heads N --kv-heads N --ffn N --vocab N --context N
 //                           --type f32|f16|q8_0|q4_0|q4_k|q4_k_m|q5_k|q5_k_m|q6_k --seed N --name
 //                           TEXT]
 #include <cstdio>
 #include <cstring>
+#include <fstream>
 #include <iostream>
 #include <iterator>
 #include <map>
@@ -18,6 +21,7 @@
 #include "base/cli_flags.h"
 #include "base/status_macros.h"
 #include "base/str_cat.h"
+#include "chat/chat_prompt.h"
 #include "engine/gguf_writer.h"
 #include "engine/synthetic_model.h"
 #include "engine/tokenizer.h"
@@ -36,6 +40,13 @@ constexpr const char* kUsage = R"(usage:
       --bos / --no-bos                   add BOS (default: the model's rule; llama vocabularies add it)
       --parse-special / --no-parse-special
                                          turn special-token text such as <s> into its id (default: off)
+  hearth-model render-chat FILE --messages FILE.json [flags]
+                                         the prompt text the server's Chat would tokenize for
+                                         these messages (a JSON list), exactly, on stdout; a
+                                         template error on stderr and exit status 1
+      --template FILE                    a Jinja chat template instead of the model's own
+      --tools FILE.json                  tool definitions (a JSON list) the template sees
+      --no-generation-prompt             end without opening the assistant's turn
   hearth-model quantize IN OUT --type q8_0|q4_0
                                          F32/F16/BF16 2-D weights -> Q8_0 or Q4_0; rows whose length is
                                          not a multiple of 32 stay as they are; 1-D tensors stay F32
@@ -131,6 +142,54 @@ int tokenize(int argc, char** argv) {
     out += std::to_string((*ids)[i]);
   }
   std::printf("%s]\n", out.c_str());
+  return 0;
+}
+
+// The JSON in `path`, or a message naming the file.
+absl::StatusOr<nlohmann::ordered_json> read_json(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError(str_cat("cannot read '", path, "'"));
+  nlohmann::ordered_json value = nlohmann::ordered_json::parse(in, nullptr, false);
+  if (value.is_discarded()) return absl::InvalidArgumentError(str_cat("'", path, "': not JSON"));
+  return value;
+}
+
+int render_chat(int argc, char** argv) {
+  hearth::Flags flags("hearth-model render-chat", {"messages", "template", "tools"},
+                      {"generation-prompt"});
+  if (!flags.parse(argc, argv, 2)) return fail(flags.error());
+  if (flags.positional().size() != 1 || !flags.has("messages"))
+    return fail("hearth-model render-chat: expected FILE and --messages FILE.json");
+  auto f = open(flags.positional()[0]);
+  if (!f.ok()) return fail("hearth-model: " + std::string(f.status().message()));
+  auto tok = engine::Tokenizer::from_gguf(**f);
+  if (!tok.ok()) return fail("hearth-model: " + std::string(tok.status().message()));
+  chat::ChatContext context;
+  absl::StatusOr<nlohmann::ordered_json> messages = read_json(flags.get("messages"));
+  if (!messages.ok())
+    return fail("hearth-model: --messages: " + std::string(messages.status().message()));
+  if (!messages->is_array())
+    return fail("hearth-model: --messages: '" + flags.get("messages") + "' is not a JSON list");
+  context.messages = std::move(*messages);
+  if (flags.has("tools")) {
+    absl::StatusOr<nlohmann::ordered_json> tools = read_json(flags.get("tools"));
+    if (!tools.ok()) return fail("hearth-model: --tools: " + std::string(tools.status().message()));
+    context.tools = std::move(*tools);
+  }
+  context.add_generation_prompt = flags.get_bool("generation-prompt").value_or(true);
+  const engine::Tokenizer& t = **tok;
+  absl::StatusOr<std::string_view> own = (*f)->get_string("tokenizer.chat_template");
+  absl::StatusOr<chat::ChatPrompt> prompt = chat::ChatPrompt::load(
+      flags.get("template"), own.ok() ? std::optional<std::string_view>(*own) : std::nullopt,
+      std::string(t.bos() >= 0 ? t.piece(t.bos()) : std::string_view()),
+      std::string(t.eos() >= 0 ? t.piece(t.eos()) : std::string_view()));
+  if (!prompt.ok()) return fail("hearth-model: " + std::string(prompt.status().message()));
+  absl::StatusOr<std::string> text = prompt->render(std::move(context));
+  if (!text.ok()) {
+    std::fprintf(stderr, "hearth-model: %s\n", std::string(text.status().message()).c_str());
+    return 1;
+  }
+  std::fwrite(text->data(), 1, text->size(), stdout);
   return 0;
 }
 
@@ -282,6 +341,7 @@ int main(int argc, char** argv) {
   const std::string cmd = argv[1];
   if (cmd == "inspect") return inspect(argc, argv);
   if (cmd == "tokenize") return tokenize(argc, argv);
+  if (cmd == "render-chat") return render_chat(argc, argv);
   if (cmd == "quantize") return quantize(argc, argv);
   if (cmd == "synth") return synth(argc, argv);
   return fail(("hearth-model: unknown command '" + cmd + "'\n").append(kUsage));

@@ -655,6 +655,48 @@ TEST_F(ToolsTest, SynthWritesKQuantMixesThatGenerate) {
   }
 }
 
+// render-chat prints exactly the text Chat would tokenize. The expected
+// texts are Python jinja2's renderings of the same template and messages
+// (tests/chat/render_jinja2.py, bos_token "<s>", eos_token "</s>").
+TEST_F(ToolsTest, RenderChatPrintsTheTemplatesTextExactly) {
+  HEARTH_REQUIRE_SHARED();
+  const std::string templates = std::string(HEARTH_SOURCE_DIR) + "/tests/chat/templates/";
+  const std::string zephyr = templates + "HuggingFaceH4-zephyr-7b-beta.jinja";
+  const std::string mistral = templates + "mistralai-Mistral-7B-Instruct-v0.2.jinja";
+  const std::string messages = (dir_ / "messages.json").string();
+  {
+    std::ofstream out(messages);
+    out << R"([{"role": "system", "content": "Be brief."},
+               {"role": "user", "content": "h\u00e9llo \u4e16\u754c"}])";
+  }
+  ProcessResult r = model({"render-chat", stories(), "--messages", messages, "--template", zephyr});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out,
+            "<|system|>\nBe brief.</s>\n<|user|>\nh\xC3\xA9llo \xE4\xB8\x96\xE7\x95\x8C</s>\n"
+            "<|assistant|>\n");
+  r = model({"render-chat", stories(), "--messages", messages, "--template", zephyr,
+             "--no-generation-prompt"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_EQ(r.out,
+            "<|system|>\nBe brief.</s>\n<|user|>\nh\xC3\xA9llo \xE4\xB8\x96\xE7\x95\x8C</s>\n");
+  // The template refuses a system message: its message, exit status 1.
+  r = model({"render-chat", stories(), "--messages", messages, "--template", mistral});
+  EXPECT_EQ(r.exit_code, 1) << r.err;
+  EXPECT_TRUE(r.out.empty()) << r.out;
+  EXPECT_NE(r.err.find("Conversation roles must alternate"), std::string::npos) << r.err;
+  // stories260K carries no template of its own; bad files are named.
+  r = model({"render-chat", stories(), "--messages", messages});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("no chat template"), std::string::npos) << r.err;
+  const std::string missing = (dir_ / "missing.json").string();
+  r = model({"render-chat", stories(), "--messages", missing, "--template", zephyr});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find(missing), std::string::npos) << r.err;
+  r = model({"render-chat", stories(), "--messages", messages, "--template", missing});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find(missing), std::string::npos) << r.err;
+}
+
 TEST_F(ToolsTest, SynthAndUnknownCommandsRefuseBadArguments) {
   struct Case {
     std::vector<std::string> args;

@@ -128,10 +128,15 @@ absl::StatusOr<std::string> Evaluator::capture(const Body& body,
 
 absl::StatusOr<Evaluator::Flow> Evaluator::exec_body(const Body& body,
                                                      const std::shared_ptr<Scope>& scope) {
+  HEARTH_RETURN_IF_ERROR(enter());
   for (const StmtPtr& s : body) {
-    HEARTH_ASSIGN_OR_RETURN(Flow f, exec(*s, scope));
-    if (f != Flow::kNormal) return f;
+    auto f = exec(*s, scope);
+    if (!f.ok() || *f != Flow::kNormal) {
+      leave();
+      return f;
+    }
   }
+  leave();
   return Flow::kNormal;
 }
 

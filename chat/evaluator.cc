@@ -302,12 +302,14 @@ absl::StatusOr<Value> Evaluator::call_macro(const Stmt& def, const std::shared_p
       local->set(def.params[i], Value::undefined(str_cat("'", def.params[i], "'")));
     }
   }
-  for (const auto& [k, v] : args.named)
-    if (!k.empty() &&
-        local->vars.end() == std::find_if(local->vars.begin(), local->vars.end(),
-                                          [&](const auto& kv) { return kv.first == k; }))
+  // Keyword arguments left over (consumed ones were cleared) name no parameter.
+  for (const auto& named : args.named) {
+    const std::string& key = named.first;
+    const bool is_param = std::find(def.params.begin(), def.params.end(), key) != def.params.end();
+    if (!key.empty() && !is_param)
       return absl::InvalidArgumentError(
-          str_cat("macro '", def.name, "' takes no keyword argument '", k, "'"));
+          str_cat("macro '", def.name, "' takes no keyword argument '", key, "'"));
+  }
   ++call_depth_;
   auto text = capture(def.body, local);
   --call_depth_;

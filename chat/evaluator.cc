@@ -128,10 +128,15 @@ absl::StatusOr<std::string> Evaluator::capture(const Body& body,
 
 absl::StatusOr<Evaluator::Flow> Evaluator::exec_body(const Body& body,
                                                      const std::shared_ptr<Scope>& scope) {
+  HEARTH_RETURN_IF_ERROR(enter());
   for (const StmtPtr& s : body) {
-    HEARTH_ASSIGN_OR_RETURN(Flow f, exec(*s, scope));
-    if (f != Flow::kNormal) return f;
+    auto f = exec(*s, scope);
+    if (!f.ok() || *f != Flow::kNormal) {
+      leave();
+      return f;
+    }
   }
+  leave();
   return Flow::kNormal;
 }
 
@@ -297,12 +302,14 @@ absl::StatusOr<Value> Evaluator::call_macro(const Stmt& def, const std::shared_p
       local->set(def.params[i], Value::undefined(str_cat("'", def.params[i], "'")));
     }
   }
-  for (const auto& [k, v] : args.named)
-    if (!k.empty() &&
-        local->vars.end() == std::find_if(local->vars.begin(), local->vars.end(),
-                                          [&](const auto& kv) { return kv.first == k; }))
+  // Keyword arguments left over (consumed ones were cleared) name no parameter.
+  for (const auto& named : args.named) {
+    const std::string& key = named.first;
+    const bool is_param = std::find(def.params.begin(), def.params.end(), key) != def.params.end();
+    if (!key.empty() && !is_param)
       return absl::InvalidArgumentError(
-          str_cat("macro '", def.name, "' takes no keyword argument '", k, "'"));
+          str_cat("macro '", def.name, "' takes no keyword argument '", key, "'"));
+  }
   ++call_depth_;
   auto text = capture(def.body, local);
   --call_depth_;

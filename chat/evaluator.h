@@ -21,7 +21,10 @@ namespace hearth::chat {
 struct RenderLimits {
   size_t max_output_bytes = 8u << 20;  // also bounds every string value
   size_t max_list_items = 1u << 20;
-  int max_call_depth = 64;          // nested macro calls
+  int max_call_depth = 64;  // nested macro calls
+  // Nested evaluation (expressions within statements within macro calls):
+  // bounds the C++ stack one render uses.
+  int max_eval_depth = 1000;
   uint64_t max_steps = 20'000'000;  // loop iterations, calls, per-item work
 };
 
@@ -70,6 +73,9 @@ class Evaluator {
   absl::Status emit(std::string_view text);
 
   absl::StatusOr<Value> eval(const Expr& e, const std::shared_ptr<Scope>& scope);
+  absl::StatusOr<Value> eval_node(const Expr& e, const std::shared_ptr<Scope>& scope);
+  absl::Status enter();  // counts one level of nesting against max_eval_depth
+  void leave() { --eval_depth_; }
   absl::StatusOr<Value> eval_name(const Expr& e, const Scope& scope);
   absl::StatusOr<Value> eval_collection(const Expr& e, const std::shared_ptr<Scope>& scope);
   absl::StatusOr<Value> eval_compare(const Expr& e, const std::shared_ptr<Scope>& scope);
@@ -85,6 +91,7 @@ class Evaluator {
   std::string* out_ = nullptr;
   uint64_t steps_ = 0;
   int call_depth_ = 0;
+  int eval_depth_ = 0;
 };
 
 // Adds "template error at L:C in <construct>: " to a status that does not

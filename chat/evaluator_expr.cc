@@ -11,8 +11,24 @@
 
 namespace hearth::chat {
 
+absl::Status Evaluator::enter() {
+  if (++eval_depth_ > limits_.max_eval_depth) {
+    --eval_depth_;
+    return absl::ResourceExhaustedError(
+        str_cat("template evaluation nested deeper than ", limits_.max_eval_depth));
+  }
+  return absl::OkStatus();
+}
+
 absl::StatusOr<Value> Evaluator::eval(const Expr& e, const std::shared_ptr<Scope>& scope) {
   HEARTH_RETURN_IF_ERROR(charge(1));
+  HEARTH_RETURN_IF_ERROR(enter());
+  auto v = eval_node(e, scope);
+  leave();
+  return v;
+}
+
+absl::StatusOr<Value> Evaluator::eval_node(const Expr& e, const std::shared_ptr<Scope>& scope) {
   switch (e.kind) {
     case Expr::Kind::kLiteral:
       return e.literal;

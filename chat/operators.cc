@@ -24,6 +24,9 @@ absl::StatusOr<Value> int_result(bool overflow, int64_t r) {
 }
 
 absl::StatusOr<Value> repeat(Evaluator& ev, const Value& seq, int64_t n) {
+  // An empty sequence repeats to itself, however large n is.
+  const bool empty = seq.is_string() ? seq.as_string().empty() : seq.as_list().empty();
+  if (empty) return seq;
   if (n <= 0)
     return seq.is_string()                     ? Value::string("")
            : seq.kind() == Value::Kind::kTuple ? Value::tuple({})

@@ -155,6 +155,16 @@ TEST(ChatInterpreter, RecursionIsBounded) {
   EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
 }
 
+TEST(ChatInterpreter, EvaluationDepthIsBounded) {
+  RenderLimits limits;
+  limits.max_eval_depth = 50;
+  auto r = render("{% macro f(n) %}{{ (((f(n + 1)))) }}{% endmacro %}{{ f(0) }}", Json::object(),
+                  limits);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
+  EXPECT_EQ(ok("{{ '' * 1000000000000 }}{{ [] * 1000000000000 }}"), "[]");
+}
+
 TEST(ChatInterpreter, OutputSizeIsBounded) {
   RenderLimits limits;
   limits.max_output_bytes = 1000;

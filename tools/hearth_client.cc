@@ -42,6 +42,7 @@ The command-line client of a hearth server.
 
 subcommands:
   generate    stream the completion of a prompt
+  chat        talk to the model through its chat template (interactive or one message)
   models      list the models the server serves
   health      check the server's health (exit 0 only when SERVING)
   bench       load-test Generate with concurrent streams
@@ -68,6 +69,25 @@ Streams the completion to stdout as it is generated, then statistics to stderr.
   --parse-special         parse special-token text such as <s> in the prompt
   --json                  one JSON object per line: {"text":..,"token_id":..} per
                           piece, then a summary (finish_reason, usage, timings)
+
+)";
+
+constexpr const char* kChatUsage =
+    R"(usage: hearth chat [--model NAME] [--message TEXT] [options]
+
+Talks to the model through its chat template (the server's Chat call).
+With --message: one reply to stdout, then statistics to stderr. Without: a
+conversation on stdin: each line is a user message, the reply streams to
+stdout, and the whole history goes with the next message; empty lines are
+skipped; end of input or a line "/exit" ends it.
+
+  --model NAME            served model (may be omitted when the server serves one)
+  --message TEXT          one user message: reply and exit
+  --system TEXT           a system message before the conversation
+  --max-tokens N          tokens per reply (default: the server's, 128)
+  --temperature T  --top-k N  --top-p P  --min-p P  --seed N
+  --repeat-penalty R  --presence-penalty P  --frequency-penalty F  --penalty-last-n N
+  --stop TEXT             stop string (repeatable)
 
 )";
 
@@ -232,19 +252,10 @@ std::string num(const char* format, double v) {
 
 // ---------------------------------------------------------------------------
 
-int cmd_generate(int argc, char** argv) {
-  const std::string tool = "hearth generate";
-  Flags flags = make_flags(
-      tool,
-      {"model", "prompt", "max-tokens", "temperature", "top-k", "top-p", "min-p", "repeat-penalty",
-       "presence-penalty", "frequency-penalty", "penalty-last-n", "seed", "stop"},
-      {"json", "bos", "parse-special", "ignore-eos"});
-  if (auto rc = parse_flags(flags, tool, kGenerateUsage, argc, argv)) return *rc;
-  if (!flags.has("prompt")) return usage_error(tool + ": --prompt is required (see --help)");
-
-  v1::GenerateRequest request;
-  request.set_prompt(flags.get("prompt"));
-  if (request.prompt().empty()) return usage_error(tool + ": --prompt: empty prompt");
+// The generation flags generate and chat share (each only when given: the
+// server's defaults apply to the rest). False on a bad value (flags.error()).
+template <typename Request>
+bool generation_options_from_flags(Flags& flags, Request& request) {
   std::int64_t max_tokens = 0, top_k = 0, last_n = 0, seed = 0;
   double temperature = 0, top_p = 0, min_p = 0, rep = 0, presence = 0, frequency = 0;
   const bool ok = flags.get_int("max-tokens", 1, 1 << 20, &max_tokens) &&
@@ -257,8 +268,7 @@ int cmd_generate(int argc, char** argv) {
                   flags.get_float("repeat-penalty", 0, 10, &rep) &&
                   flags.get_float("presence-penalty", -2, 2, &presence) &&
                   flags.get_float("frequency-penalty", -2, 2, &frequency);
-  if (!ok) return usage_error(flags.error());
-  // Only what was given: the server's defaults apply to the rest.
+  if (!ok) return false;
   if (flags.has("max-tokens")) request.set_max_tokens(static_cast<std::uint32_t>(max_tokens));
   auto* sampling = request.mutable_sampling();
   sampling->set_temperature(static_cast<float>(temperature));
@@ -270,10 +280,28 @@ int cmd_generate(int argc, char** argv) {
   sampling->set_frequency_penalty(static_cast<float>(frequency));
   if (flags.has("penalty-last-n")) sampling->set_penalty_last_n(static_cast<std::int32_t>(last_n));
   sampling->set_seed(static_cast<std::uint64_t>(seed));
-  for (const std::string& s : flags.get_all("stop")) {
+  for (const std::string& s : flags.get_all("stop")) request.add_stop(s);
+  return true;
+}
+
+const std::vector<std::string> kGenerationValueFlags = {
+    "max-tokens",       "temperature",       "top-k",          "top-p", "min-p", "repeat-penalty",
+    "presence-penalty", "frequency-penalty", "penalty-last-n", "seed",  "stop"};
+
+int cmd_generate(int argc, char** argv) {
+  const std::string tool = "hearth generate";
+  std::vector<std::string> value_flags = {"model", "prompt"};
+  value_flags.insert(value_flags.end(), kGenerationValueFlags.begin(), kGenerationValueFlags.end());
+  Flags flags = make_flags(tool, value_flags, {"json", "bos", "parse-special", "ignore-eos"});
+  if (auto rc = parse_flags(flags, tool, kGenerateUsage, argc, argv)) return *rc;
+  if (!flags.has("prompt")) return usage_error(tool + ": --prompt is required (see --help)");
+
+  v1::GenerateRequest request;
+  request.set_prompt(flags.get("prompt"));
+  if (request.prompt().empty()) return usage_error(tool + ": --prompt: empty prompt");
+  for (const std::string& s : flags.get_all("stop"))
     if (s.empty()) return usage_error(tool + ": --stop: empty stop string");
-    request.add_stop(s);
-  }
+  if (!generation_options_from_flags(flags, request)) return usage_error(flags.error());
   if (auto bos = flags.get_bool("bos")) request.set_add_bos(*bos);
   request.set_parse_special(flags.get_bool("parse-special").value_or(false));
   request.set_ignore_eos(flags.get_bool("ignore-eos").value_or(false));
@@ -363,6 +391,82 @@ int cmd_generate(int argc, char** argv) {
 }
 
 // ---------------------------------------------------------------------------
+
+// One Chat call: the reply streams to stdout; `reply` gets its text and
+// `done` the Done message.
+grpc::Status chat_turn(Client& client, const v1::ChatRequest& request, std::string* reply,
+                       v1::Done* done) {
+  grpc::ClientContext context;
+  hearth::client::prepare_context(&context, client.options);
+  auto reader = client.stub->Chat(&context, request);
+  v1::GenerateResponse response;
+  bool got_done = false;
+  reply->clear();
+  while (reader->Read(&response)) {
+    if (response.has_piece()) {
+      *reply += response.piece().text();
+      std::fwrite(response.piece().text().data(), 1, response.piece().text().size(), stdout);
+      std::fflush(stdout);
+    } else if (response.has_done()) {
+      *done = response.done();
+      got_done = true;
+    }
+  }
+  grpc::Status status = reader->Finish();
+  if (status.ok() && !got_done)
+    status = grpc::Status(grpc::StatusCode::INTERNAL, "the stream ended without a Done message");
+  std::printf("\n");
+  std::fflush(stdout);
+  return status;
+}
+
+void add_message(v1::ChatRequest& request, const std::string& role, const std::string& content) {
+  v1::ChatMessage* m = request.add_messages();
+  m->set_role(role);
+  m->set_content(content);
+}
+
+int cmd_chat(int argc, char** argv) {
+  const std::string tool = "hearth chat";
+  std::vector<std::string> value_flags = {"model", "message", "system"};
+  value_flags.insert(value_flags.end(), kGenerationValueFlags.begin(), kGenerationValueFlags.end());
+  Flags flags = make_flags(tool, value_flags, {});
+  if (auto rc = parse_flags(flags, tool, kChatUsage, argc, argv)) return *rc;
+  v1::ChatRequest request;
+  for (const std::string& s : flags.get_all("stop"))
+    if (s.empty()) return usage_error(tool + ": --stop: empty stop string");
+  if (!generation_options_from_flags(flags, request)) return usage_error(flags.error());
+  if (flags.has("message") && flags.get("message").empty())
+    return usage_error(tool + ": --message: empty message");
+  Client client;
+  if (auto rc = connect(flags, tool, 0, &client)) return *rc;
+  std::string model;
+  if (auto rc = resolve_model(flags, tool, client, &model)) return *rc;
+  request.set_model(model);
+  if (flags.has("system")) add_message(request, "system", flags.get("system"));
+
+  const bool one_shot = flags.has("message");
+  std::string line;
+  for (;;) {
+    if (one_shot) {
+      line = flags.get("message");
+    } else if (!std::getline(std::cin, line) || line == "/exit") {
+      return 0;
+    } else if (line.empty()) {
+      continue;
+    }
+    add_message(request, "user", line);
+    std::string reply;
+    v1::Done done;
+    const grpc::Status status = chat_turn(client, request, &reply, &done);
+    if (!status.ok()) return rpc_failure("Chat", status);
+    std::fprintf(stderr, "[hearth] finish: %s | prompt %u tokens, generated %u\n",
+                 finish_reason_name(done.finish_reason()), done.usage().prompt_tokens(),
+                 done.usage().generated_tokens());
+    if (one_shot) return 0;
+    add_message(request, "assistant", reply);
+  }
+}
 
 std::string human_count(std::uint64_t n) {
   const double x = static_cast<double>(n);
@@ -595,6 +699,7 @@ int main(int argc, char** argv) {
   rest.push_back(nullptr);
   const int n = static_cast<int>(rest.size()) - 1;
   if (command == "generate") return cmd_generate(n, rest.data());
+  if (command == "chat") return cmd_chat(n, rest.data());
   if (command == "models") return cmd_models(n, rest.data());
   if (command == "health") return cmd_health(n, rest.data());
   if (command == "bench") return cmd_bench(n, rest.data());
@@ -604,5 +709,5 @@ int main(int argc, char** argv) {
     return 0;
   }
   return usage_error("hearth: unknown subcommand '" + command +
-                     "' (subcommands: generate, models, health, bench; see hearth --help)");
+                     "' (subcommands: generate, chat, models, health, bench; see hearth --help)");
 }

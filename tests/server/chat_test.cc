@@ -248,6 +248,42 @@ TEST_F(ChatTest, BadFieldsAreInvalidArgumentNamingThem) {
   EXPECT_EQ(unknown.status.error_code(), grpc::StatusCode::NOT_FOUND);
 }
 
+// `hearth chat`: one message, and a conversation on stdin whose history
+// goes with every turn (the second turn's prompt holds the first exchange).
+TEST_F(ChatTest, CliChatsOnceAndInteractivelyKeepingTheHistory) {
+  const std::vector<std::string> common = {"--server", server_.grpc_address(), "chat", "--model",
+                                           "stories",  "--max-tokens",         "8"};
+  std::vector<std::string> once = common;
+  once.insert(once.end(), {"--message", "Hello"});
+  const ProcessResult one = run_process(HEARTH_CLI_BIN, once);
+  ASSERT_EQ(one.exit_code, 0) << one.err;
+  v1::CompleteResponse unary;
+  grpc::ClientContext ctx;
+  set_deadline(ctx);
+  v1::ChatRequest req = chat_request("stories", {{"user", "Hello"}});
+  req.set_max_tokens(8);
+  req.set_ignore_eos(false);
+  ASSERT_TRUE(stub_->ChatComplete(&ctx, req, &unary).ok());
+  EXPECT_EQ(one.out, unary.text() + "\n");
+
+  const ProcessResult talk = run_process(HEARTH_CLI_BIN, common, "Hello\n\nWhat next?\n/exit\n");
+  ASSERT_EQ(talk.exit_code, 0) << talk.err;
+  std::vector<std::pair<int, int>> turns;  // prompt, generated tokens
+  for (std::size_t at = 0; (at = talk.err.find("| prompt ", at)) != std::string::npos; ++at) {
+    int prompt = 0, generated = 0;
+    ASSERT_EQ(
+        std::sscanf(talk.err.c_str() + at, "| prompt %d tokens, generated %d", &prompt, &generated),
+        2)
+        << talk.err;
+    turns.emplace_back(prompt, generated);
+  }
+  ASSERT_EQ(turns.size(), 2u) << talk.err;
+  EXPECT_EQ(turns[0].first, static_cast<int>(unary.done().usage().prompt_tokens()));
+  EXPECT_GT(turns[1].first, turns[0].first + turns[0].second)
+      << "the second turn's prompt holds the first exchange";
+  EXPECT_EQ(talk.out.substr(0, one.out.size()), one.out);
+}
+
 TEST(ChatStartupTest, UnreadableOrBrokenTemplateFailsTheStartNamingTheFile) {
   HEARTH_REQUIRE_SHARED();
   const std::string path = stories_path().string();

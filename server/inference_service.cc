@@ -125,24 +125,29 @@ InferenceService::InferenceService(ModelRegistry& registry, ServiceOptions optio
       options_(std::move(options)),
       path_(registry, RequestPathOptions{options_.max_tokens_limit}, observer) {
   // Method indices follow the order of the rpcs in inference.proto.
+  MarkMethodStreamed(0,
+                     new grpc::internal::SplitServerStreamingHandler<grpc::ByteBuffer,
+                                                                     hearth::v1::GenerateResponse>(
+                         [this](grpc::ServerContext* c, GenerateStream* s) {
+                           return streamed(c, s, "Generate");
+                         }));
   MarkMethodStreamed(
-      0, new grpc::internal::SplitServerStreamingHandler<grpc::ByteBuffer,
-                                                         hearth::v1::GenerateResponse>(
-             [this](grpc::ServerContext* c, GenerateStream* s) { return generate(c, s); }));
-  MarkMethodStreamed(
-      1, new grpc::internal::StreamedUnaryHandler<grpc::ByteBuffer, hearth::v1::CompleteResponse>(
-             [this](grpc::ServerContext* c, CompleteStream* s) { return complete(c, s); }));
+      1,
+      new grpc::internal::StreamedUnaryHandler<grpc::ByteBuffer, hearth::v1::CompleteResponse>(
+          [this](grpc::ServerContext* c, CompleteStream* s) { return unary(c, s, "Complete"); }));
   MarkMethodStreamed(2, parsing_unary(this, &InferenceService::Tokenize));
   MarkMethodStreamed(3, parsing_unary(this, &InferenceService::Detokenize));
   MarkMethodStreamed(4, parsing_unary(this, &InferenceService::ListModels));
   MarkMethodStreamed(5, parsing_unary(this, &InferenceService::GetModel));
-  MarkMethodStreamed(6,
-                     new grpc::internal::SplitServerStreamingHandler<grpc::ByteBuffer,
-                                                                     hearth::v1::GenerateResponse>(
-                         [this](grpc::ServerContext* c, GenerateStream* s) { return chat(c, s); }));
+  MarkMethodStreamed(
+      6, new grpc::internal::SplitServerStreamingHandler<grpc::ByteBuffer,
+                                                         hearth::v1::GenerateResponse>(
+             [this](grpc::ServerContext* c, GenerateStream* s) { return streamed(c, s, "Chat"); }));
   MarkMethodStreamed(
       7, new grpc::internal::StreamedUnaryHandler<grpc::ByteBuffer, hearth::v1::CompleteResponse>(
-             [this](grpc::ServerContext* c, CompleteStream* s) { return chat_complete(c, s); }));
+             [this](grpc::ServerContext* c, CompleteStream* s) {
+               return unary(c, s, "ChatComplete");
+             }));
 }
 
 absl::Status InferenceService::prepare(const grpc::ByteBuffer& request_bytes, Call& call) const {
@@ -294,37 +299,21 @@ grpc::Status InferenceService::GetModel(grpc::ServerContext* context,
                   [&] { return answer_get_model(context, request, response); });
 }
 
-grpc::Status InferenceService::generate(grpc::ServerContext* context, GenerateStream* stream) {
+grpc::Status InferenceService::streamed(grpc::ServerContext* context, GenerateStream* stream,
+                                        const char* method) {
   grpc::ByteBuffer request;
   if (!stream->Read(&request))
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "request: no message received");
-  return run(context, request, "Generate", stream, nullptr);
+  return run(context, request, method, stream, nullptr);
 }
 
-grpc::Status InferenceService::chat(grpc::ServerContext* context, GenerateStream* stream) {
-  grpc::ByteBuffer request;
-  if (!stream->Read(&request))
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "request: no message received");
-  return run(context, request, "Chat", stream, nullptr);
-}
-
-grpc::Status InferenceService::complete(grpc::ServerContext* context, CompleteStream* stream) {
+grpc::Status InferenceService::unary(grpc::ServerContext* context, CompleteStream* stream,
+                                     const char* method) {
   grpc::ByteBuffer request;
   if (!stream->Read(&request))
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "request: no message received");
   hearth::v1::CompleteResponse response;
-  grpc::Status s = run(context, request, "Complete", nullptr, &response);
-  if (s.ok() && !stream->Write(response))
-    return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
-  return s;
-}
-
-grpc::Status InferenceService::chat_complete(grpc::ServerContext* context, CompleteStream* stream) {
-  grpc::ByteBuffer request;
-  if (!stream->Read(&request))
-    return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "request: no message received");
-  hearth::v1::CompleteResponse response;
-  grpc::Status s = run(context, request, "ChatComplete", nullptr, &response);
+  grpc::Status s = run(context, request, method, nullptr, &response);
   if (s.ok() && !stream->Write(response))
     return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
   return s;

@@ -83,10 +83,9 @@ class InferenceService final : public hearth::v1::Inference::Service {
                                 hearth::v1::ModelInfo* response);
   using GenerateStream = grpc::ServerSplitStreamer<grpc::ByteBuffer, hearth::v1::GenerateResponse>;
   using CompleteStream = grpc::ServerUnaryStreamer<grpc::ByteBuffer, hearth::v1::CompleteResponse>;
-  grpc::Status generate(grpc::ServerContext* context, GenerateStream* stream);
-  grpc::Status complete(grpc::ServerContext* context, CompleteStream* stream);
-  grpc::Status chat(grpc::ServerContext* context, GenerateStream* stream);
-  grpc::Status chat_complete(grpc::ServerContext* context, CompleteStream* stream);
+  // Generate and Chat (streamed); Complete and ChatComplete (unary).
+  grpc::Status streamed(grpc::ServerContext* context, GenerateStream* stream, const char* method);
+  grpc::Status unary(grpc::ServerContext* context, CompleteStream* stream, const char* method);
   // A generation call parsed and mapped, ready to start on the request path.
   struct Call {
     GenerateCall generate;  // Generate, Complete

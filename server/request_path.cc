@@ -84,21 +84,25 @@ void RequestPath::finish(RequestRecord& record, const absl::Status& status) {
   if (observer_ != nullptr) observer_->on_request_done(record);
 }
 
+absl::StatusOr<ModelPool*> RequestPath::find(const std::string& method, const std::string& model,
+                                             RequestRecord& record) {
+  record.method = method;
+  HEARTH_ASSIGN_OR_RETURN(ModelPool * pool, registry_.find(model));
+  record.model = pool->spec().name;
+  return pool;
+}
+
 absl::StatusOr<GenerateOutcome> RequestPath::generate(const GenerateCall& call, PieceSink& sink,
                                                       const CallContext& context,
                                                       RequestRecord& record) {
-  record.method = call.method;
-  HEARTH_ASSIGN_OR_RETURN(ModelPool * pool, registry_.find(call.model));
-  record.model = pool->spec().name;
+  HEARTH_ASSIGN_OR_RETURN(ModelPool * pool, find(call.method, call.model, record));
   return run(*pool, call, sink, context, record);
 }
 
 absl::StatusOr<GenerateOutcome> RequestPath::chat(const ChatCall& call, PieceSink& sink,
                                                   const CallContext& context,
                                                   RequestRecord& record) {
-  record.method = call.method;
-  HEARTH_ASSIGN_OR_RETURN(ModelPool * pool, registry_.find(call.model));
-  record.model = pool->spec().name;
+  HEARTH_ASSIGN_OR_RETURN(ModelPool * pool, find(call.method, call.model, record));
   if (call.conversation.messages.empty()) return invalid("messages: at least one is needed");
   HEARTH_ASSIGN_OR_RETURN(const chat::ChatPrompt* prompt, pool->chat_prompt());
   GenerateCall generate;

@@ -116,6 +116,9 @@ class RequestPath {
   const RequestPathOptions& options() const { return options_; }
 
  private:
+  // The model, recorded with the method in `record`.
+  absl::StatusOr<ModelPool*> find(const std::string& method, const std::string& model,
+                                  RequestRecord& record);
   // generate() once the model is found and `call.request.prompt` is its text.
   absl::StatusOr<GenerateOutcome> run(ModelPool& pool, const GenerateCall& call, PieceSink& sink,
                                       const CallContext& context, RequestRecord& record);

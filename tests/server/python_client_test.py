@@ -168,6 +168,28 @@ def run_checks(address):
         check(c.done.finish_reason == dones[0].finish_reason, "Complete finish reason")
         check(c.done.usage.prompt_tokens == dones[0].usage.prompt_tokens, "Complete usage")
 
+    # Log-probabilities: one per generated token, the chosen one first among
+    # the alternatives only when it ranks there; every value <= 0.
+    lreq = pb.GenerateRequest()
+    lreq.CopyFrom(req)
+    lreq.logprobs = True
+    lreq.top_logprobs = 3
+    lc = stub.Complete(lreq, timeout=timeout)
+    check(len(lc.logprobs) == len(lc.token_ids) == 24, "one logprobs entry per token")
+    for tid, lp in zip(lc.token_ids, lc.logprobs):
+        check(lp.chosen.token_id == tid and lp.chosen.logprob <= 0, "chosen %s" % lp.chosen)
+        check(len(lp.top) == 3, "3 alternatives, got %d" % len(lp.top))
+        check(all(a.logprob >= b.logprob for a, b in zip(lp.top, lp.top[1:])), "top order")
+
+    # Chat: the demo model has no chat template.
+    chat = pb.ChatRequest(model="demo", messages=[pb.ChatMessage(role="user", content="hi")])
+    try:
+        stub.ChatComplete(chat, timeout=timeout)
+        check(False, "Chat on a model without a template was accepted")
+    except grpc.RpcError as e:
+        check(e.code() == grpc.StatusCode.FAILED_PRECONDITION, "Chat: %s" % e.code())
+        check("'demo'" in e.details(), "Chat: details %r" % e.details())
+
     # Tokenize / Detokenize round trip.
     tok = stub.Tokenize(pb.TokenizeRequest(model="demo", text="round trip", add_bos=False),
                         timeout=timeout)

@@ -146,13 +146,13 @@ TEST(ServerLifecycleTest, ReflectionListsTheInferenceService) {
   std::vector<std::string> methods;
   for (const auto& m : file->service(0).method()) {
     methods.push_back(m.name());
-    if (m.name() == "Generate") {
-      EXPECT_TRUE(m.server_streaming());
+    if (m.name() == "Generate" || m.name() == "Chat") {
+      EXPECT_TRUE(m.server_streaming()) << m.name();
     }
   }
   std::sort(methods.begin(), methods.end());
-  EXPECT_EQ(methods, (std::vector<std::string>{"Complete", "Detokenize", "Generate", "GetModel",
-                                               "ListModels", "Tokenize"}));
+  EXPECT_EQ(methods, (std::vector<std::string>{"Chat", "ChatComplete", "Complete", "Detokenize",
+                                               "Generate", "GetModel", "ListModels", "Tokenize"}));
 }
 
 // ---------------------------------------------------------------------------

@@ -9,6 +9,7 @@
 #include "base/str_cat.h"
 #include "engine/generation.h"
 #include "engine/unicode.h"
+#include "server/chat_call.h"
 #include "server/request_validation.h"
 
 namespace hearth::server {
@@ -110,6 +111,31 @@ class CompleteSink final : public PieceSink {
   hearth::v1::CompleteResponse& response_;
 };
 
+// A generation call parsed and mapped, ready to start on the request path.
+struct Call {
+  GenerateCall generate;  // Generate, Complete
+  ChatCall chat;          // Chat, ChatComplete
+  bool is_chat = false;
+  bool echo_prompt_ids = false;
+};
+
+// Parses `request_bytes` as the method's request message into `call`.
+absl::Status prepare(const grpc::ByteBuffer& request_bytes, std::size_t limit, Call& call) {
+  if (call.is_chat) {
+    hearth::v1::ChatRequest request;
+    HEARTH_RETURN_IF_ERROR(parse_request(to_bytes(request_bytes), request));
+    call.echo_prompt_ids = request.echo_prompt_ids();
+    return map_chat_request(request, limit, call.chat);
+  }
+  hearth::v1::GenerateRequest request;
+  HEARTH_RETURN_IF_ERROR(parse_request(to_bytes(request_bytes), request));
+  call.echo_prompt_ids = request.echo_prompt_ids();
+  call.generate.model = request.model();
+  call.generate.reuse_prefix = !request.disable_prefix_reuse();
+  map_generation_request(request, limit, call.generate.request);
+  return absl::OkStatus();
+}
+
 bool constant_time_equal(const std::string& a, const std::string& b) {
   unsigned char diff = a.size() == b.size() ? 0 : 1;
   for (std::size_t i = 0; i < a.size(); ++i)
@@ -150,23 +176,6 @@ InferenceService::InferenceService(ModelRegistry& registry, ServiceOptions optio
              }));
 }
 
-absl::Status InferenceService::prepare(const grpc::ByteBuffer& request_bytes, Call& call) const {
-  const std::size_t limit = path_.options().max_tokens_limit;
-  if (call.is_chat) {
-    hearth::v1::ChatRequest request;
-    HEARTH_RETURN_IF_ERROR(parse_request(to_bytes(request_bytes), request));
-    call.echo_prompt_ids = request.echo_prompt_ids();
-    return map_chat_request(request, limit, call.chat);
-  }
-  hearth::v1::GenerateRequest request;
-  HEARTH_RETURN_IF_ERROR(parse_request(to_bytes(request_bytes), request));
-  call.echo_prompt_ids = request.echo_prompt_ids();
-  call.generate.model = request.model();
-  call.generate.reuse_prefix = !request.disable_prefix_reuse();
-  map_generation_request(request, limit, call.generate.request);
-  return absl::OkStatus();
-}
-
 grpc::Status InferenceService::check_auth(const grpc::ServerContext& context) const {
   if (options_.auth_token.empty()) return grpc::Status::OK;
   const auto& md = context.client_metadata();
@@ -195,7 +204,8 @@ grpc::Status InferenceService::run(grpc::ServerContext* context,
   if (grpc::Status s = check_auth(*context); !s.ok()) return finish(s);
   Call call;
   call.is_chat = std::string_view(method).starts_with("Chat");
-  if (absl::Status s = prepare(request_bytes, call); !s.ok()) return finish(to_grpc(s));
+  if (absl::Status s = prepare(request_bytes, path_.options().max_tokens_limit, call); !s.ok())
+    return finish(to_grpc(s));
   call.generate.method = call.chat.method = method;
 
   CallContext call_context;

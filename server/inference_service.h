@@ -86,15 +86,6 @@ class InferenceService final : public hearth::v1::Inference::Service {
   // Generate and Chat (streamed); Complete and ChatComplete (unary).
   grpc::Status streamed(grpc::ServerContext* context, GenerateStream* stream, const char* method);
   grpc::Status unary(grpc::ServerContext* context, CompleteStream* stream, const char* method);
-  // A generation call parsed and mapped, ready to start on the request path.
-  struct Call {
-    GenerateCall generate;  // Generate, Complete
-    ChatCall chat;          // Chat, ChatComplete
-    bool is_chat = false;
-    bool echo_prompt_ids = false;
-  };
-  // Parses `request_bytes` as the method's request message into `call`.
-  absl::Status prepare(const grpc::ByteBuffer& request_bytes, Call& call) const;
   // One generation; `stream` (Generate, Chat) or `complete` (Complete,
   // ChatComplete) gets the output.
   grpc::Status run(grpc::ServerContext* context, const grpc::ByteBuffer& request_bytes,

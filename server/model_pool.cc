@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "base/str_cat.h"
+#include "chat/chat_prompt.h"
 #include "engine/gguf.h"
 #include "engine/synthetic_model.h"
 #include "memory/thread_temp_allocator.h"
@@ -71,18 +72,19 @@ absl::StatusOr<std::unique_ptr<ModelPool>> ModelPool::load(const ModelSpec& spec
   return pool;
 }
 
+ModelPool::ModelPool(ModelSpec spec) : spec_(std::move(spec)) {}
+
 ModelPool::~ModelPool() = default;
 
 absl::Status ModelPool::load_chat_prompt(const engine::GgufFile& file) {
   const engine::Tokenizer& t = *tokenizer_;
   absl::StatusOr<std::string_view> in_file = file.get_string("tokenizer.chat_template");
   absl::StatusOr<chat::ChatPrompt> p = chat::ChatPrompt::load(
-      spec_.chat_template,
-      in_file.ok() ? std::optional<std::string_view>(*in_file) : std::nullopt,
+      spec_.chat_template, in_file.ok() ? std::optional<std::string_view>(*in_file) : std::nullopt,
       std::string(t.bos() >= 0 ? t.piece(t.bos()) : std::string_view()),
       std::string(t.eos() >= 0 ? t.piece(t.eos()) : std::string_view()));
   if (p.ok()) {
-    chat_ = std::move(*p);
+    chat_ = std::make_unique<const chat::ChatPrompt>(std::move(*p));
     return absl::OkStatus();
   }
   // A template the operator gave must work; the file's own only matters to Chat.
@@ -95,8 +97,8 @@ absl::Status ModelPool::load_chat_prompt(const engine::GgufFile& file) {
 }
 
 absl::StatusOr<const chat::ChatPrompt*> ModelPool::chat_prompt() const {
-  if (!chat_) return chat_unavailable_;
-  return &*chat_;
+  if (chat_ == nullptr) return chat_unavailable_;
+  return chat_.get();
 }
 
 ModelPool::Lease::~Lease() {

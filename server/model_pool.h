@@ -42,7 +42,6 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "chat/chat_prompt.h"
 #include "engine/gguf.h"
 #include "engine/module.h"
 #include "engine/tokenizer.h"
@@ -50,6 +49,10 @@
 #include "server/kv_prefix_index.h"
 #include "server/model_spec.h"
 #include "server/step_loop.h"
+
+namespace hearth::chat {
+class ChatPrompt;
+}  // namespace hearth::chat
 
 namespace hearth::server {
 
@@ -127,7 +130,7 @@ class ModelPool {
   StepLoop& step_loop() const { return *step_loop_; }
 
  private:
-  explicit ModelPool(ModelSpec spec) : spec_(std::move(spec)) {}
+  explicit ModelPool(ModelSpec spec);  // in the .cc: chat_ is of an incomplete type here
   void release(std::size_t index);
   // Sets chat_ or chat_unavailable_ (see the class comment).
   absl::Status load_chat_prompt(const engine::GgufFile& file);
@@ -137,7 +140,9 @@ class ModelPool {
   const ModelSpec spec_;
   std::shared_ptr<const engine::ModelWeights> weights_;
   std::unique_ptr<engine::Tokenizer> tokenizer_;
-  std::optional<chat::ChatPrompt> chat_;                    // set at load, or...
+  // The chat template (by pointer: the interpreter's headers stay out of
+  // every file that includes this one); set at load, or...
+  std::unique_ptr<const chat::ChatPrompt> chat_;
   absl::Status chat_unavailable_;                           // ...why not
   std::vector<std::unique_ptr<engine::Module>> instances_;  // fixed after load
   std::size_t context_ = 0;

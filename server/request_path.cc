@@ -4,8 +4,10 @@
 
 #include "base/status_macros.h"
 #include "base/str_cat.h"
+#include "chat/chat_prompt.h"
 #include "engine/sequence.h"
 #include "memory/thread_temp_allocator.h"
+#include "server/chat_call.h"
 
 namespace hearth::server {
 namespace {

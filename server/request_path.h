@@ -37,7 +37,6 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
-#include "chat/chat_template.h"
 #include "engine/generation.h"
 #include "server/model_registry.h"
 #include "server/request_observer.h"
@@ -61,16 +60,8 @@ struct GenerateCall {
   bool reuse_prefix = true;
 };
 
-// A chat request in plain values: the conversation and what the template
-// sees, plus the generation options (request.prompt is left empty: the
-// rendered template becomes the prompt).
-struct ChatCall {
-  std::string method;  // "Chat", "ChatComplete", ...
-  std::string model;
-  chat::ChatContext conversation;  // messages, add_generation_prompt, tools, extra
-  engine::GenerationRequest request;
-  bool reuse_prefix = true;
-};
+// A chat request in plain values (server/chat_call.h).
+struct ChatCall;
 
 struct GenerateOutcome {
   engine::FinishReason finish = engine::FinishReason::kMaxTokens;

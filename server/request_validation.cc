@@ -6,6 +6,7 @@
 #include "base/status_macros.h"
 #include "base/str_cat.h"
 #include "engine/unicode.h"
+#include "server/chat_call.h"
 
 namespace hearth::server {
 namespace {

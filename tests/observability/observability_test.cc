@@ -474,9 +474,14 @@ TEST_F(BatchingServer, StepAndLiveGaugesFollowTheRunningSequences) {
   EXPECT_EQ(idle.sum("hearth_model_kv_positions_capacity", demo), capacity);
 
   // No step ran more sequences than there are instances, every step ran at
-  // least one token per sequence, and the three histograms agree.
+  // least one token per sequence, and the three histograms agree. A scrape
+  // is not a snapshot: it collects the histograms before the gauges, so the
+  // scrape that first saw the gauges idle may have read the sequence
+  // histogram before the last step's observation and the token histogram
+  // after it. Once idle, nothing steps, so the next scrape is settled.
+  const Scrape settled = scrape();
   auto delta = [&](const std::string& name, const std::map<std::string, std::string>& m) {
-    return idle.sum(name, m) - before.sum(name, m);
+    return settled.sum(name, m) - before.sum(name, m);
   };
   const double steps = delta("hearth_step_sequences_count", demo);
   EXPECT_GT(steps, 0);

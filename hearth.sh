@@ -18,6 +18,7 @@ PACKAGES=(
   libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   prometheus-cpp-dev
   python3-grpcio python3-grpc-tools python3-jinja2  # jinja2: the chat template conformance test
+  python3-jsonschema  # validates structured output independently of hearth
   nlohmann-json3-dev
   clang-14 libclang-rt-14-dev
   prometheus openssl curl

@@ -19,7 +19,8 @@ say() { printf '\033[1m[fuzz]\033[0m %s\n' "$*"; }
 
 say "building the fuzz targets in build/fuzz (clang-14)"
 cmake --preset fuzz -G Ninja >/dev/null
-cmake --build build/fuzz --target gguf_fuzz tokenizer_fuzz request_validation_fuzz chat_template_fuzz
+cmake --build build/fuzz --target gguf_fuzz tokenizer_fuzz request_validation_fuzz chat_template_fuzz \
+  grammar_fuzz
 
 mkdir -p build/fuzz/artifacts build/fuzz/summary
 rm -f build/fuzz/summary/*
@@ -84,6 +85,7 @@ else
 fi
 run request-validation request_validation_fuzz tests/fuzz/corpus/request
 run chat-template chat_template_fuzz tests/fuzz/corpus/chat_template
+run grammar grammar_fuzz tests/fuzz/corpus/grammar
 finish
 
 if [ "$failed" -ne 0 ]; then

@@ -1,0 +1,113 @@
+#include "grammar/token_mask.h"
+
+#include <algorithm>
+#include <atomic>
+#include <numeric>
+
+namespace hearth::grammar {
+namespace {
+
+std::uint64_t next_serial() {
+  static std::atomic<std::uint64_t> serial{0};
+  return ++serial;
+}
+
+}  // namespace
+
+VocabularyIndex::VocabularyIndex(std::vector<std::string> token_bytes)
+    : bytes_(std::move(token_bytes)), serial_(next_serial()) {
+  for (std::size_t id = 0; id < bytes_.size(); ++id)
+    if (!bytes_[id].empty()) order_.push_back(static_cast<std::int32_t>(id));
+  std::sort(order_.begin(), order_.end(),
+            [&](std::int32_t a, std::int32_t b) { return bytes(a) < bytes(b); });
+  shared_.resize(order_.size(), 0);
+  for (std::size_t i = 0; i < order_.size(); ++i) {
+    const std::string& t = bytes(order_[i]);
+    longest_ = std::max(longest_, t.size());
+    if (i == 0) continue;
+    const std::string& prev = bytes(order_[i - 1]);
+    const auto [a, b] = std::mismatch(t.begin(), t.end(), prev.begin(), prev.end());
+    shared_[i] = static_cast<std::uint32_t>(a - t.begin());
+  }
+}
+
+// levels[d] is the state after the first d bytes of the current token;
+// `alive` counts the bytes of the previous token the grammar accepted, so
+// levels[0..alive] also hold for the prefix this token shares with it.
+TokenMask VocabularyIndex::mask(const Grammar& grammar, const ParseState& state) const {
+  TokenMask mask((bytes_.size() + 63) / 64, 0);
+  if (state.dead()) return mask;
+  std::vector<ParseState> levels(longest_ + 1);
+  levels[0] = state;
+  std::size_t alive = 0;
+  for (std::size_t i = 0; i < order_.size(); ++i) {
+    const std::string& t = bytes(order_[i]);
+    if (shared_[i] > alive) continue;  // starts with a prefix the grammar refused
+    std::size_t d = shared_[i];
+    for (; d < t.size(); ++d)
+      if (!advance(grammar, levels[d], static_cast<unsigned char>(t[d]), levels[d + 1])) break;
+    alive = d;
+    if (d == t.size()) {
+      const auto id = static_cast<std::size_t>(order_[i]);
+      mask[id / 64] |= std::uint64_t{1} << (id % 64);
+    }
+  }
+  return mask;
+}
+
+std::shared_ptr<const TokenMask> MaskCache::find(std::uint64_t vocabulary, const std::string& key) {
+  std::lock_guard lock(mu_);
+  lookup_.assign(reinterpret_cast<const char*>(&vocabulary), sizeof vocabulary);
+  lookup_.append(key);
+  auto it = masks_.find(lookup_);
+  return it == masks_.end() ? nullptr : it->second;
+}
+
+void MaskCache::insert(std::uint64_t vocabulary, const std::string& key,
+                       std::shared_ptr<const TokenMask> mask) {
+  std::string full(reinterpret_cast<const char*>(&vocabulary), sizeof vocabulary);
+  full.append(key);
+  const std::size_t size = mask->size() * sizeof(std::uint64_t) + full.size();
+  std::lock_guard lock(mu_);
+  if (bytes_ + size > kMaxBytes) return;
+  if (masks_.try_emplace(std::move(full), std::move(mask)).second) bytes_ += size;
+}
+
+ConstrainedOutput::ConstrainedOutput(std::shared_ptr<const Grammar> grammar,
+                                     std::shared_ptr<const VocabularyIndex> vocabulary)
+    : grammar_(std::move(grammar)),
+      vocabulary_(std::move(vocabulary)),
+      state_(initial_state(*grammar_)) {}
+
+std::span<const std::uint64_t> ConstrainedOutput::allowed() {
+  if (mask_ == nullptr) {
+    state_.key(key_);
+    MaskCache& cache = grammar_->mask_cache();
+    mask_ = cache.find(vocabulary_->serial(), key_);
+    if (mask_ != nullptr) {
+      ++cached_;
+    } else {
+      auto computed = std::make_shared<const TokenMask>(vocabulary_->mask(*grammar_, state_));
+      cache.insert(vocabulary_->serial(), key_, computed);
+      mask_ = std::move(computed);
+      ++computed_;
+    }
+  }
+  return *mask_;
+}
+
+bool ConstrainedOutput::accept_token(std::int32_t id) {
+  if (id < 0 || static_cast<std::size_t>(id) >= vocabulary_->size()) return false;
+  const std::string& t = vocabulary_->bytes(id);
+  if (t.empty()) return false;
+  next_ = state_;
+  for (char b : t) {
+    if (!advance(*grammar_, next_, static_cast<unsigned char>(b), step_)) return false;
+    std::swap(next_, step_);
+  }
+  std::swap(state_, next_);
+  mask_ = nullptr;
+  return true;
+}
+
+}  // namespace hearth::grammar

@@ -1,0 +1,96 @@
+// Which tokens of a vocabulary a grammar allows next, per matcher state.
+//
+// A token may cover several grammar symbols and part of a UTF-8 character,
+// so the mask of a state is found by walking every token's bytes through
+// the matcher. The walk visits the tokens in byte order and shares the work
+// of common prefixes (a trie walk over the sorted vocabulary): a prefix the
+// grammar refuses discards every token that starts with it. Masks are cached
+// per (grammar, vocabulary, state) in the grammar's MaskCache, which every
+// sequence under that grammar shares: constrained generation meets few
+// distinct states (a JSON string's body is one state while its length is
+// unbounded), so most steps are one hash lookup.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "grammar/grammar.h"
+#include "grammar/matcher.h"
+
+namespace hearth::grammar {
+
+using TokenMask = std::vector<std::uint64_t>;  // bit id % 64 of word id / 64: allowed
+
+// A vocabulary as output bytes: token id -> the bytes it adds (empty for
+// tokens a grammar never allows: control, unknown, unused). Immutable.
+class VocabularyIndex {
+ public:
+  explicit VocabularyIndex(std::vector<std::string> token_bytes);
+
+  std::size_t size() const { return bytes_.size(); }
+  const std::string& bytes(std::int32_t id) const { return bytes_[static_cast<std::size_t>(id)]; }
+  // Identity for caches (unique per index built in this process).
+  std::uint64_t serial() const { return serial_; }
+  // The mask of tokens `state` allows.
+  TokenMask mask(const Grammar& grammar, const ParseState& state) const;
+
+ private:
+  std::vector<std::string> bytes_;
+  std::vector<std::int32_t> order_;    // non-empty token ids, bytes ascending
+  std::vector<std::uint32_t> shared_;  // per order_ entry: common prefix with the previous
+  std::size_t longest_ = 0;
+  std::uint64_t serial_;
+};
+
+// Masks computed for one grammar, by vocabulary and state. Thread-safe (one
+// mutex; masks are immutable once stored). Holds at most kMaxBytes of masks;
+// beyond that, masks are computed and not kept.
+class MaskCache {
+ public:
+  static constexpr std::size_t kMaxBytes = std::size_t{16} << 20;
+
+  std::shared_ptr<const TokenMask> find(std::uint64_t vocabulary, const std::string& key);
+  void insert(std::uint64_t vocabulary, const std::string& key, std::shared_ptr<const TokenMask>);
+
+ private:
+  std::mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<const TokenMask>> masks_;  // key: serial + state
+  std::size_t bytes_ = 0;
+  std::string lookup_;  // reused key buffer, under mu_
+};
+
+// One constrained output: the matcher state of the text generated so far
+// and the mask of the tokens that may come next. Not thread-safe (one
+// sequence's driver); the grammar and vocabulary are shared.
+class ConstrainedOutput {
+ public:
+  ConstrainedOutput(std::shared_ptr<const Grammar> grammar,
+                    std::shared_ptr<const VocabularyIndex> vocabulary);
+
+  // Bit per token id: whether the grammar allows that token next. Valid
+  // until accept_token().
+  std::span<const std::uint64_t> allowed();
+  // Advances past token `id`; false (state unchanged) when the grammar
+  // refuses it.
+  bool accept_token(std::int32_t id);
+  bool complete() const { return state_.complete(); }
+  bool must_end() const { return state_.must_end(); }
+
+  std::size_t masks_computed() const { return computed_; }
+  std::size_t masks_cached() const { return cached_; }
+
+ private:
+  std::shared_ptr<const Grammar> grammar_;
+  std::shared_ptr<const VocabularyIndex> vocabulary_;
+  ParseState state_, next_, step_;  // next_, step_: reused storage of accept_token()
+  std::string key_;
+  std::shared_ptr<const TokenMask> mask_;  // of state_, or null until allowed()
+  std::size_t computed_ = 0, cached_ = 0;
+};
+
+}  // namespace hearth::grammar

@@ -15,6 +15,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -23,11 +24,14 @@
 #include "engine/module.h"
 #include "engine/sampler.h"
 #include "engine/tokenizer.h"
+#include "grammar/grammar.h"
 
 namespace hearth::engine {
 
 enum class FinishReason { kEos, kStopString, kMaxTokens, kContextLimit, kCancelled };
-const char* finish_reason_name(FinishReason r);  // "eos", "stop", "length", "context", "cancelled"
+// "eos", "stop", "length", "context", "cancelled". kEos also ends a
+// structured output whose value is complete (GenerationRequest::grammar).
+const char* finish_reason_name(FinishReason r);
 
 struct GenerationRequest {
   std::string prompt;
@@ -42,6 +46,11 @@ struct GenerationRequest {
   // alternatives (engine/logprobs.h): [0, kMaxTopLogprobs], only with logprobs.
   bool logprobs = false;
   std::size_t top_logprobs = 0;
+  // Structured output: when set, every sampled token keeps the output a
+  // prefix of a sentence of this grammar (grammar/), end-of-generation
+  // tokens come only once the output is a whole sentence, and generation
+  // ends (kEos) when nothing may follow. Shared, read-only.
+  std::shared_ptr<const grammar::Grammar> grammar;
 };
 
 struct GenerationStats {

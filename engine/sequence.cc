@@ -1,6 +1,7 @@
 #include "engine/sequence.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "absl/status/status.h"
 #include "base/status_macros.h"
@@ -41,6 +42,14 @@ absl::StatusOr<std::unique_ptr<Sequence>> Sequence::start(const Tokenizer& token
         str_cat("prompt: ", n_prompt, " tokens do not fit the context of ", context,
                 " tokens (at most ", context - 1, " leave room to generate)"));
   std::unique_ptr<Sequence> s(new Sequence(tokenizer, request, context, n_vocab));
+  if (request.grammar != nullptr) {
+    if (tokenizer.vocab_size() != n_vocab)
+      return absl::InvalidArgumentError(str_cat("response_format: the vocabulary has ",
+                                                tokenizer.vocab_size(), " tokens, the model ",
+                                                n_vocab));
+    s->constraint_ = std::make_unique<grammar::ConstrainedOutput>(request.grammar,
+                                                                  tokenizer.grammar_vocabulary());
+  }
   // Everything a decode step writes is reserved now: a step allocates nothing.
   // One token adds at most its text plus a held-back character, each
   // invalid byte of which may become a 3-byte U+FFFD.
@@ -91,12 +100,20 @@ absl::Status Sequence::advance(std::size_t n, const float* logits, MemoryAllocat
     return absl::OkStatus();
   }
   if (logits == nullptr) return absl::InvalidArgumentError("Sequence::advance: logits needed");
-  HEARTH_ASSIGN_OR_RETURN(const std::int32_t token, sampler_.sample(logits, history_, scratch));
+  const float* sampled_from = logits;
+  if (constraint_ != nullptr) {
+    HEARTH_ASSIGN_OR_RETURN(sampled_from, constrain(logits, scratch));
+  }
+  HEARTH_ASSIGN_OR_RETURN(const std::int32_t token,
+                          sampler_.sample(sampled_from, history_, scratch));
   if (logprobs_on_) token_logprobs(logits, n_vocab_, token, top_logprobs_, logprobs_);
-  if (!ignore_eos_ && tokenizer_.is_eog(token)) {
+  if (tokenizer_.is_eog(token) && (!ignore_eos_ || constraint_ != nullptr)) {
     end(FinishReason::kEos, emit);
     return absl::OkStatus();
   }
+  if (constraint_ != nullptr && !constraint_->accept_token(token))
+    return absl::InternalError(
+        str_cat("response_format: sampled token ", token, " that the grammar refuses"));
   generated_.push_back(token);
   history_.push_back(token);
   last_ = token;
@@ -108,12 +125,34 @@ absl::Status Sequence::advance(std::size_t n, const float* logits, MemoryAllocat
   if (stops_.stopped()) {
     finished_ = true;
     finish_ = FinishReason::kStopString;
+  } else if (constraint_ != nullptr && constraint_->must_end()) {
+    end(FinishReason::kEos, emit);
   } else if (generated_.size() >= max_tokens_) {
     end(FinishReason::kMaxTokens, emit);
   } else if (pos_ >= context_) {
     end(FinishReason::kContextLimit, emit);
   }
   return absl::OkStatus();
+}
+
+absl::StatusOr<const float*> Sequence::constrain(const float* logits, MemoryAllocator& scratch) {
+  float* masked = static_cast<float*>(scratch.allocate(n_vocab_ * sizeof(float), alignof(float)));
+  if (masked == nullptr)
+    return absl::ResourceExhaustedError("response_format: no scratch for the masked logits");
+  const std::span<const std::uint64_t> allowed = constraint_->allowed();
+  constexpr float kRefused = -std::numeric_limits<float>::infinity();
+  for (std::size_t id = 0; id < n_vocab_; ++id)
+    masked[id] = (allowed[id / 64] >> (id % 64)) & 1 ? logits[id] : kRefused;
+  // End-of-generation tokens end the output: only once it is complete (a
+  // user-defined one such as "<|im_end|>" may also be text a JSON string
+  // could hold).
+  const bool complete = constraint_->complete();
+  for (std::int32_t id : tokenizer_.eog_tokens()) masked[id] = complete ? logits[id] : kRefused;
+  const bool any = std::any_of(masked, masked + n_vocab_, [](float l) { return l != kRefused; });
+  if (!any)
+    return absl::FailedPreconditionError(
+        "response_format: no token of the vocabulary can continue the output");
+  return masked;
 }
 
 void Sequence::cancel(const TokenCallback& emit) {

@@ -20,6 +20,8 @@
 // Memory: the sequence allocates at start() (history, generated ids and
 // text buffers are reserved for max_tokens); a decode step makes no heap
 // allocation. Sampling scratch comes from the allocator passed to advance().
+// Under a grammar (structured output) a step may allocate when it meets a
+// grammar state for the first time (the state's token mask is cached).
 //
 // Not thread-safe: one driver thread at a time. The Tokenizer must outlive it.
 #pragma once
@@ -40,6 +42,7 @@
 #include "engine/stop_matcher.h"
 #include "engine/token_stream_decoder.h"
 #include "engine/tokenizer.h"
+#include "grammar/token_mask.h"
 #include "memory/memory_allocator.h"
 
 namespace hearth::engine {
@@ -98,6 +101,11 @@ class Sequence {
   // Flushes the decoder and stop matcher, emits what was held, sets finish_.
   void end(FinishReason reason, const TokenCallback& emit);
   void emit_piece(std::int32_t token, const TokenCallback& emit);
+  // Under a grammar: `logits` copied to scratch with every token the grammar
+  // refuses at -inf (end-of-generation tokens allowed once the output is
+  // complete). FailedPrecondition when no token of the vocabulary can
+  // continue the output.
+  absl::StatusOr<const float*> constrain(const float* logits, MemoryAllocator& scratch);
 
   const Tokenizer& tokenizer_;
   const std::size_t context_;
@@ -111,6 +119,7 @@ class Sequence {
   Sampler sampler_;
   TokenStreamDecoder decoder_;
   StopMatcher stops_;
+  std::unique_ptr<grammar::ConstrainedOutput> constraint_;  // null: unconstrained
   std::vector<std::int32_t> prompt_;
   std::vector<std::int32_t> history_;  // prompt + generated: what the penalties look at
   std::vector<std::int32_t> generated_;

@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "base/status_macros.h"
 #include "base/str_cat.h"
 #include "engine/gguf_writer.h"
 #include "kernels/fp16.h"
@@ -110,7 +111,47 @@ std::vector<std::string> vocabulary(std::size_t n) {
   return v;
 }
 
+SyntheticModelSpec::Vocabulary builtin_vocabulary(std::size_t n) {
+  SyntheticModelSpec::Vocabulary v;
+  v.tokens = vocabulary(n);
+  v.scores.assign(n, 0.0f);
+  v.types.assign(n, 1);
+  v.types[0] = 2;
+  v.types[1] = v.types[2] = 3;
+  for (int b = 0; b < 256; ++b) v.types[3 + b] = 6;
+  for (std::size_t i = 259; i < n; ++i) v.scores[i] = -static_cast<float>(v.tokens[i].size());
+  return v;
+}
+
 }  // namespace
+
+absl::StatusOr<SyntheticModelSpec::Vocabulary> vocabulary_of(const GgufFile& file) {
+  HEARTH_ASSIGN_OR_RETURN(const std::string_view model, file.get_string("tokenizer.ggml.model"));
+  if (model != "llama")
+    return absl::InvalidArgumentError(
+        str_cat("tokenizer.ggml.model: '", model, "' (only a \"llama\" vocabulary can be copied)"));
+  SyntheticModelSpec::Vocabulary v;
+  HEARTH_ASSIGN_OR_RETURN(const std::vector<std::string_view> tokens,
+                          file.get_string_array("tokenizer.ggml.tokens"));
+  HEARTH_ASSIGN_OR_RETURN(const std::vector<double> scores,
+                          file.get_float_array("tokenizer.ggml.scores"));
+  HEARTH_ASSIGN_OR_RETURN(const std::vector<std::int64_t> types,
+                          file.get_int_array("tokenizer.ggml.token_type"));
+  if (scores.size() != tokens.size() || types.size() != tokens.size())
+    return absl::InvalidArgumentError(
+        "tokenizer.ggml.scores / token_type: lengths differ from tokens");
+  v.tokens.assign(tokens.begin(), tokens.end());
+  v.scores.assign(scores.begin(), scores.end());
+  v.types.assign(types.begin(), types.end());
+  auto id = [&](std::string_view key, std::uint32_t fallback) -> std::uint32_t {
+    absl::StatusOr<std::uint64_t> i = file.get_uint(key);
+    return i.ok() ? static_cast<std::uint32_t>(*i) : fallback;
+  };
+  v.bos = id("tokenizer.ggml.bos_token_id", 1);
+  v.eos = id("tokenizer.ggml.eos_token_id", 2);
+  v.unk = id("tokenizer.ggml.unknown_token_id", 0);
+  return v;
+}
 
 SyntheticModelSpec demo_model_spec() {
   SyntheticModelSpec s;
@@ -131,6 +172,11 @@ absl::StatusOr<std::string> synthesize_model(const SyntheticModelSpec& s) {
     return bad(str_cat("heads ", s.n_head, " is not a multiple of kv heads ", s.n_head_kv));
   if ((s.n_embd / s.n_head) % 2 != 0) return bad("the head dimension must be even");
   if (s.n_vocab < 300) return bad(str_cat("vocab ", s.n_vocab, " is below the minimum of 300"));
+  if (s.vocabulary &&
+      (s.vocabulary->tokens.size() != s.n_vocab || s.vocabulary->scores.size() != s.n_vocab ||
+       s.vocabulary->types.size() != s.n_vocab))
+    return bad(str_cat("vocab ", s.n_vocab, " differs from the given vocabulary's ",
+                       s.vocabulary->tokens.size(), " tokens, scores or types"));
   if (s.architecture != "llama" && s.architecture != "qwen2")
     return bad(str_cat("architecture '", s.architecture, "' is not llama or qwen2"));
   const bool qwen2 = s.architecture == "qwen2";
@@ -175,20 +221,15 @@ absl::StatusOr<std::string> synthesize_model(const SyntheticModelSpec& s) {
   w.add_uint32(a + ".rope.dimension_count", static_cast<std::uint32_t>(head_dim));
   w.add_float32(a + ".rope.freq_base", 10000.0f);
   w.add_float32(a + ".attention.layer_norm_rms_epsilon", 1e-5f);
-  const std::vector<std::string> vocab = vocabulary(s.n_vocab);
-  std::vector<float> scores(vocab.size(), 0.0f);
-  std::vector<std::int32_t> types(vocab.size(), 1);
-  types[0] = 2;
-  types[1] = types[2] = 3;
-  for (int b = 0; b < 256; ++b) types[3 + b] = 6;
-  for (std::size_t i = 259; i < vocab.size(); ++i) scores[i] = -static_cast<float>(vocab[i].size());
+  const SyntheticModelSpec::Vocabulary v =
+      s.vocabulary ? *s.vocabulary : builtin_vocabulary(s.n_vocab);
   w.add_string("tokenizer.ggml.model", "llama");
-  w.add_string_array("tokenizer.ggml.tokens", vocab);
-  w.add_float32_array("tokenizer.ggml.scores", scores);
-  w.add_int32_array("tokenizer.ggml.token_type", types);
-  w.add_uint32("tokenizer.ggml.bos_token_id", 1);
-  w.add_uint32("tokenizer.ggml.eos_token_id", 2);
-  w.add_uint32("tokenizer.ggml.unknown_token_id", 0);
+  w.add_string_array("tokenizer.ggml.tokens", v.tokens);
+  w.add_float32_array("tokenizer.ggml.scores", v.scores);
+  w.add_int32_array("tokenizer.ggml.token_type", v.types);
+  w.add_uint32("tokenizer.ggml.bos_token_id", v.bos);
+  w.add_uint32("tokenizer.ggml.eos_token_id", v.eos);
+  w.add_uint32("tokenizer.ggml.unknown_token_id", v.unk);
 
   // Q4_K_M / Q5_K_M as llama.cpp's quantizer makes them: Q6_K for the output and for
   // attn_v and ffn_down of the first and last eighth of the layers and every

@@ -17,7 +17,9 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/gguf.h"
@@ -42,10 +44,25 @@ struct SyntheticModelSpec {
   std::uint64_t seed = 1;
   std::string architecture = "llama";  // "llama" or "qwen2"
   float bias_scale = 0.5f;             // qwen2: amplitude of the q/k/v biases (0: all zero)
+  // A real "llama" (SentencePiece) vocabulary instead of the built-in one,
+  // for benchmarks whose cost depends on the tokens (structured output's
+  // masks): pieces, scores and token types of equal length, which then
+  // replace n_vocab; ids of BOS, EOS and the unknown token.
+  struct Vocabulary {
+    std::vector<std::string> tokens;
+    std::vector<float> scores;
+    std::vector<std::int32_t> types;
+    std::uint32_t bos = 1, eos = 2, unk = 0;
+  };
+  std::optional<Vocabulary> vocabulary;
 };
 
 // The built-in demo model: small enough to load in well under a second.
 SyntheticModelSpec demo_model_spec();
+
+// Copies the "llama" vocabulary of `file` (tokenizer.ggml.*); InvalidArgument
+// names a missing key or another tokenizer model.
+absl::StatusOr<SyntheticModelSpec::Vocabulary> vocabulary_of(const GgufFile& file);
 
 // The whole GGUF file in memory. InvalidArgument names an inconsistent field
 // (heads not dividing the width, a block type with rows not a multiple of 32,

@@ -40,6 +40,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <string>
@@ -51,6 +52,10 @@
 #include "absl/status/statusor.h"
 #include "engine/gguf.h"
 #include "engine/pretokenizer.h"
+
+namespace hearth::grammar {
+class VocabularyIndex;
+}
 
 namespace hearth::engine {
 
@@ -132,6 +137,14 @@ class Tokenizer {
   // tokens whose text is a known end-of-turn marker (<|eot_id|>, <|im_end|>,
   // <|end|>, <end_of_turn>, <|endoftext|>, <EOT>, <｜end▁of▁sentence｜>).
   bool is_eog(std::int32_t id) const;
+  // Every end-of-generation id (EOS, EOT, ...), ascending.
+  std::span<const std::int32_t> eog_tokens() const { return eog_; }
+
+  // The vocabulary as structured output sees it (grammar/token_mask.h):
+  // each token's token_text(), none for control, unknown and unused tokens
+  // (a grammar never allows them). Built on first use, thread-safe, then
+  // shared by every constrained sequence of the model.
+  const std::shared_ptr<const grammar::VocabularyIndex>& grammar_vocabulary() const;
   bool add_bos_default() const { return add_bos_; }
   bool add_eos_default() const { return add_eos_; }
   // Whether the "llama" leading-space rule applies.
@@ -217,6 +230,10 @@ class Tokenizer {
   bool add_bos_ = false;
   bool add_eos_ = false;
   bool add_space_prefix_ = false;
+
+  // tokenizer_grammar.cc
+  mutable std::once_flag grammar_vocabulary_once_;
+  mutable std::shared_ptr<const grammar::VocabularyIndex> grammar_vocabulary_;
 };
 
 }  // namespace hearth::engine

@@ -132,8 +132,7 @@ absl::Status prepare(const grpc::ByteBuffer& request_bytes, std::size_t limit, C
   call.echo_prompt_ids = request.echo_prompt_ids();
   call.generate.model = request.model();
   call.generate.reuse_prefix = !request.disable_prefix_reuse();
-  map_generation_request(request, limit, call.generate.request);
-  return absl::OkStatus();
+  return map_generation_request(request, limit, call.generate.request);
 }
 
 bool constant_time_equal(const std::string& a, const std::string& b) {

@@ -7,6 +7,7 @@
 #include "base/str_cat.h"
 #include "engine/unicode.h"
 #include "server/chat_call.h"
+#include "server/response_format.h"
 
 namespace hearth::server {
 namespace {
@@ -94,8 +95,8 @@ namespace {
 // The generation options GenerateRequest and ChatRequest share (the same
 // field names in both messages).
 template <typename Request>
-void map_generation_options(const Request& r, std::size_t max_tokens_limit,
-                            engine::GenerationRequest& out) {
+absl::Status map_generation_options(const Request& r, std::size_t max_tokens_limit,
+                                    engine::GenerationRequest& out) {
   out.max_tokens = r.has_max_tokens() ? r.max_tokens()
                                       : (kDefaultMaxTokens < max_tokens_limit ? kDefaultMaxTokens
                                                                               : max_tokens_limit);
@@ -114,6 +115,8 @@ void map_generation_options(const Request& r, std::size_t max_tokens_limit,
   out.ignore_eos = r.ignore_eos();
   out.logprobs = r.logprobs();
   out.top_logprobs = r.top_logprobs();
+  HEARTH_ASSIGN_OR_RETURN(out.grammar, compile_response_format(r.response_format()));
+  return absl::OkStatus();
 }
 
 // `text` parsed as JSON, or InvalidArgument naming `field`.
@@ -140,19 +143,19 @@ absl::StatusOr<nlohmann::ordered_json> to_message(const hearth::v1::ChatMessage&
 
 }  // namespace
 
-void map_generation_request(const hearth::v1::GenerateRequest& r, std::size_t max_tokens_limit,
-                            engine::GenerationRequest& out) {
+absl::Status map_generation_request(const hearth::v1::GenerateRequest& r,
+                                    std::size_t max_tokens_limit, engine::GenerationRequest& out) {
   out.prompt.assign(r.prompt().data(), r.prompt().size());
-  map_generation_options(r, max_tokens_limit, out);
   if (r.has_add_bos()) out.tokenize.add_bos = r.add_bos();
   out.tokenize.parse_special = r.parse_special();
+  return map_generation_options(r, max_tokens_limit, out);
 }
 
 absl::Status map_chat_request(const hearth::v1::ChatRequest& r, std::size_t max_tokens_limit,
                               ChatCall& out) {
   out.model = r.model();
   out.reuse_prefix = !r.disable_prefix_reuse();
-  map_generation_options(r, max_tokens_limit, out.request);
+  HEARTH_RETURN_IF_ERROR(map_generation_options(r, max_tokens_limit, out.request));
   chat::ChatContext& c = out.conversation;
   c.messages = nlohmann::ordered_json::array();
   for (int i = 0; i < r.messages_size(); ++i) {
@@ -173,7 +176,7 @@ absl::Status map_chat_request(const hearth::v1::ChatRequest& r, std::size_t max_
 
 absl::Status to_generation_request(const hearth::v1::GenerateRequest& r,
                                    std::size_t max_tokens_limit, engine::GenerationRequest& out) {
-  map_generation_request(r, max_tokens_limit, out);
+  HEARTH_RETURN_IF_ERROR(map_generation_request(r, max_tokens_limit, out));
   return check_generation_request(out, max_tokens_limit);
 }
 

@@ -28,9 +28,10 @@ namespace hearth::server {
 // message".
 absl::Status parse_request(std::string_view bytes, google::protobuf::Message& out);
 
-// Maps every field; never fails.
-void map_generation_request(const hearth::v1::GenerateRequest& request,
-                            std::size_t max_tokens_limit, engine::GenerationRequest& out);
+// Maps every field; fails only on a response_format it cannot compile
+// (server/response_format.h).
+absl::Status map_generation_request(const hearth::v1::GenerateRequest& request,
+                                    std::size_t max_tokens_limit, engine::GenerationRequest& out);
 // The chat request's conversation (messages as the template sees them; the
 // JSON of tools, tool_calls and template_kwargs parsed) and generation
 // options. InvalidArgument naming the field: "messages[2].role: must not be

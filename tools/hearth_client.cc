@@ -14,6 +14,8 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -67,6 +69,10 @@ Streams the completion to stdout as it is generated, then statistics to stderr.
   --ignore-eos            keep generating past end-of-sequence tokens
   --bos / --no-bos        add the BOS token (default: the model's rule)
   --parse-special         parse special-token text such as <s> in the prompt
+  --json-schema FILE      structured output: one JSON value valid under the
+                          JSON schema in FILE (docs/grammar.md: the subset)
+  --any-json              structured output: any JSON value
+  --grammar FILE          structured output: a sentence of the GBNF grammar in FILE
   --json                  one JSON object per line: {"text":..,"token_id":..} per
                           piece, then a summary (finish_reason, usage, timings)
 
@@ -88,6 +94,10 @@ skipped; end of input or a line "/exit" ends it.
   --temperature T  --top-k N  --top-p P  --min-p P  --seed N
   --repeat-penalty R  --presence-penalty P  --frequency-penalty F  --penalty-last-n N
   --stop TEXT             stop string (repeatable)
+  --json-schema FILE      structured output: one JSON value valid under the
+                          JSON schema in FILE (docs/grammar.md: the subset)
+  --any-json              structured output: any JSON value
+  --grammar FILE          structured output: a sentence of the GBNF grammar in FILE
 
 )";
 
@@ -286,13 +296,41 @@ bool generation_options_from_flags(Flags& flags, Request& request) {
 
 const std::vector<std::string> kGenerationValueFlags = {
     "max-tokens",       "temperature",       "top-k",          "top-p", "min-p", "repeat-penalty",
-    "presence-penalty", "frequency-penalty", "penalty-last-n", "seed",  "stop"};
+    "presence-penalty", "frequency-penalty", "penalty-last-n", "seed",  "stop",  "json-schema",
+    "grammar"};
+
+// --json-schema FILE, --grammar FILE or --any-json (at most one) into the
+// request's response_format; a usage error names an unreadable file.
+template <typename Request>
+std::optional<int> response_format_from_flags(Flags& flags, const std::string& tool,
+                                              Request& request) {
+  const int given =
+      flags.has("json-schema") + flags.has("grammar") + flags.get_bool("any-json").value_or(false);
+  if (given > 1)
+    return usage_error(tool + ": --json-schema, --grammar and --any-json exclude each other");
+  for (const char* flag : {"json-schema", "grammar"}) {
+    if (!flags.has(flag)) continue;
+    const std::string path = flags.get(flag);
+    std::ifstream in(path, std::ios::binary);
+    if (!in || std::filesystem::is_directory(path))
+      return usage_error(tool + ": --" + flag + ": cannot read '" + path + "'");
+    std::string text((std::istreambuf_iterator<char>(in)), {});
+    if (std::string(flag) == "grammar")
+      request.mutable_response_format()->set_grammar(std::move(text));
+    else
+      request.mutable_response_format()->set_json_schema(std::move(text));
+  }
+  if (flags.get_bool("any-json").value_or(false))
+    request.mutable_response_format()->set_any_json(true);
+  return std::nullopt;
+}
 
 int cmd_generate(int argc, char** argv) {
   const std::string tool = "hearth generate";
   std::vector<std::string> value_flags = {"model", "prompt"};
   value_flags.insert(value_flags.end(), kGenerationValueFlags.begin(), kGenerationValueFlags.end());
-  Flags flags = make_flags(tool, value_flags, {"json", "bos", "parse-special", "ignore-eos"});
+  Flags flags =
+      make_flags(tool, value_flags, {"json", "bos", "parse-special", "ignore-eos", "any-json"});
   if (auto rc = parse_flags(flags, tool, kGenerateUsage, argc, argv)) return *rc;
   if (!flags.has("prompt")) return usage_error(tool + ": --prompt is required (see --help)");
 
@@ -302,6 +340,7 @@ int cmd_generate(int argc, char** argv) {
   for (const std::string& s : flags.get_all("stop"))
     if (s.empty()) return usage_error(tool + ": --stop: empty stop string");
   if (!generation_options_from_flags(flags, request)) return usage_error(flags.error());
+  if (auto rc = response_format_from_flags(flags, tool, request)) return *rc;
   if (auto bos = flags.get_bool("bos")) request.set_add_bos(*bos);
   request.set_parse_special(flags.get_bool("parse-special").value_or(false));
   request.set_ignore_eos(flags.get_bool("ignore-eos").value_or(false));
@@ -430,12 +469,13 @@ int cmd_chat(int argc, char** argv) {
   const std::string tool = "hearth chat";
   std::vector<std::string> value_flags = {"model", "message", "system"};
   value_flags.insert(value_flags.end(), kGenerationValueFlags.begin(), kGenerationValueFlags.end());
-  Flags flags = make_flags(tool, value_flags, {});
+  Flags flags = make_flags(tool, value_flags, {"any-json"});
   if (auto rc = parse_flags(flags, tool, kChatUsage, argc, argv)) return *rc;
   v1::ChatRequest request;
   for (const std::string& s : flags.get_all("stop"))
     if (s.empty()) return usage_error(tool + ": --stop: empty stop string");
   if (!generation_options_from_flags(flags, request)) return usage_error(flags.error());
+  if (auto rc = response_format_from_flags(flags, tool, request)) return *rc;
   if (flags.has("message") && flags.get("message").empty())
     return usage_error(tool + ": --message: empty message");
   Client client;

@@ -51,8 +51,10 @@ constexpr const char* kUsage = R"(usage:
                                          F32/F16/BF16 2-D weights -> Q8_0 or Q4_0; rows whose length is
                                          not a multiple of 32 stay as they are; 1-D tensors stay F32
   hearth-model synth OUT [--dim 256 --layers 4 --heads 8 --kv-heads 8 --ffn 704 --vocab 4096
-                          --context 2048 --type q8_0 --seed 1 --name TEXT]
-                                         (--type f32, f16, q8_0, q4_0, q4_k[_m], q5_k[_m] or q6_k)
+                          --context 2048 --type q8_0 --seed 1 --name TEXT --vocab-from GGUF]
+                                         (--type f32, f16, q8_0, q4_0, q4_k[_m], q5_k[_m] or q6_k;
+                                         --vocab-from: another file's "llama" vocabulary, e.g.
+                                         Llama 2's 32,000 pieces, instead of the built-in one)
                                          a deterministic synthetic llama model
 )";
 
@@ -266,10 +268,10 @@ int quantize(int argc, char** argv) {
 }
 
 int synth(int argc, char** argv) {
-  hearth::Flags flags(
-      "hearth-model synth",
-      {"dim", "layers", "heads", "kv-heads", "ffn", "vocab", "context", "type", "seed", "name"},
-      {});
+  hearth::Flags flags("hearth-model synth",
+                      {"dim", "layers", "heads", "kv-heads", "ffn", "vocab", "vocab-from",
+                       "context", "type", "seed", "name"},
+                      {});
   if (!flags.parse(argc, argv, 2)) return fail(flags.error());
   if (flags.positional().size() != 1) return fail("hearth-model synth: expected one OUT file");
   engine::SyntheticModelSpec s;
@@ -295,6 +297,18 @@ int synth(int argc, char** argv) {
   s.context_length = static_cast<std::size_t>(context);
   s.seed = static_cast<std::uint64_t>(seed);
   if (flags.has("name")) s.name = flags.get("name");
+  if (flags.has("vocab-from")) {
+    const std::string path = flags.get("vocab-from");
+    auto file = engine::GgufFile::open(path);
+    if (!file.ok())
+      return fail("hearth-model synth: --vocab-from: " + std::string(file.status().message()));
+    auto v = engine::vocabulary_of(**file);
+    if (!v.ok())
+      return fail("hearth-model synth: --vocab-from '" + path +
+                  "': " + std::string(v.status().message()));
+    s.n_vocab = v->tokens.size();
+    s.vocabulary = std::move(*v);
+  }
   const std::string type = flags.get("type", "q8_0");
   if (type == "f32") {
     s.weight_type = GgmlType::kF32;

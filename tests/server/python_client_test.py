@@ -14,6 +14,7 @@ python3-grpcio is missing or nothing can generate the stubs (python3 -m
 grpc_tools.protoc is tried first, then protoc with grpc_python_plugin).
 """
 import argparse
+import json
 import os
 import select
 import shutil
@@ -180,6 +181,28 @@ def run_checks(address):
         check(lp.chosen.token_id == tid and lp.chosen.logprob <= 0, "chosen %s" % lp.chosen)
         check(len(lp.top) == 3, "3 alternatives, got %d" % len(lp.top))
         check(all(a.logprob >= b.logprob for a, b in zip(lp.top, lp.top[1:])), "top order")
+
+    # Structured output: a JSON schema's value, checked with Python's json.
+    sreq = pb.GenerateRequest(model="demo", prompt="A pet:", max_tokens=300)
+    sreq.sampling.temperature = 1.0
+    sreq.sampling.seed = 5
+    sreq.response_format.json_schema = json.dumps({
+        "type": "object",
+        "properties": {"kind": {"enum": ["dog", "cat"]},
+                       "age": {"type": "integer", "minimum": 0, "maximum": 30}},
+        "required": ["kind", "age"], "additionalProperties": False})
+    sc = stub.Complete(sreq, timeout=timeout)
+    check(sc.done.finish_reason == pb.FINISH_REASON_EOS, "schema: finish %s" % sc.done.finish_reason)
+    value = json.loads(sc.text)
+    check(value["kind"] in ("dog", "cat") and 0 <= value["age"] <= 30, "schema: value %r" % value)
+    try:
+        bad = pb.GenerateRequest(model="demo", prompt="x", max_tokens=8)
+        bad.response_format.grammar = "root ::= item"
+        stub.Complete(bad, timeout=timeout)
+        check(False, "a grammar with an undefined rule was accepted")
+    except grpc.RpcError as e:
+        check(e.code() == grpc.StatusCode.INVALID_ARGUMENT, "grammar: %s" % e.code())
+        check("response_format.grammar" in e.details(), "grammar: details %r" % e.details())
 
     # Chat: the demo model has no chat template.
     chat = pb.ChatRequest(model="demo", messages=[pb.ChatMessage(role="user", content="hi")])

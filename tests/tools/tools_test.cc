@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "engine/gguf.h"
+#include "engine/tokenizer.h"
 #include "engine/unicode.h"
 #include "tests/support/server_process.h"
 #include "tests/support/shared_data.h"
@@ -615,6 +616,36 @@ TEST_F(ToolsTest, SynthIsDeterministicAndItsModelGenerates) {
     EXPECT_GE(id, 0);
     EXPECT_LT(id, 512);
   }
+}
+
+// --vocab-from: the synthetic model carries another file's vocabulary
+// (pieces, scores, types, special ids), and the tokenizer built from it
+// tokenizes as the original's does.
+TEST_F(ToolsTest, SynthTakesAnotherFilesVocabulary) {
+  HEARTH_REQUIRE_SHARED();
+  const std::string source = (testing::shared_dir() / "models/llama-2-tiny-random.gguf").string();
+  const std::string out = path("vocab.gguf").string();
+  const ProcessResult r = model({"synth", out, "--dim", "64", "--layers", "1", "--heads", "4",
+                                 "--ffn", "128", "--context", "128", "--vocab-from", source});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  auto original = GgufFile::open(source);
+  auto synthetic = GgufFile::open(out);
+  ASSERT_TRUE(original.ok() && synthetic.ok());
+  EXPECT_EQ(*(*original)->get_string_array("tokenizer.ggml.tokens"),
+            *(*synthetic)->get_string_array("tokenizer.ggml.tokens"));
+  for (const char* key : {"tokenizer.ggml.bos_token_id", "tokenizer.ggml.eos_token_id"})
+    EXPECT_EQ(*(*original)->get_uint(key), *(*synthetic)->get_uint(key)) << key;
+  auto a = engine::Tokenizer::from_gguf(**original);
+  auto b = engine::Tokenizer::from_gguf(**synthetic);
+  ASSERT_TRUE(a.ok() && b.ok());
+  const std::string text = "Once upon a time, {\"name\": \"Lily\"} naïve 42";
+  EXPECT_EQ(*(*a)->encode(text, {}), *(*b)->encode(text, {}));
+
+  const ProcessResult bad =
+      model({"synth", path("bad.gguf").string(), "--vocab-from", path("absent.gguf").string()});
+  EXPECT_NE(bad.exit_code, 0);
+  EXPECT_NE(bad.err.find("--vocab-from"), std::string::npos) << bad.err;
+  EXPECT_NE(bad.err.find(path("absent.gguf").string()), std::string::npos) << bad.err;
 }
 
 // The K-quant types, as a llama.cpp quantizer would lay them out: Q6_K where

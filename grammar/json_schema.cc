@@ -16,6 +16,7 @@
 #include "absl/status/status.h"
 #include "base/status_macros.h"
 #include "base/str_cat.h"
+#include "base/utf8.h"
 #include "nlohmann/json.hpp"
 
 namespace hearth::grammar {
@@ -47,24 +48,6 @@ constexpr char32_t kMaxChar = 0x10FFFF;
 
 // ---------------------------------------------------------------------------
 // GBNF text
-
-void append_utf8(std::string& out, char32_t c) {
-  if (c < 0x80) {
-    out.push_back(static_cast<char>(c));
-  } else if (c < 0x800) {
-    out.push_back(static_cast<char>(0xC0 | (c >> 6)));
-    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  } else if (c < 0x10000) {
-    out.push_back(static_cast<char>(0xE0 | (c >> 12)));
-    out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  } else {
-    out.push_back(static_cast<char>(0xF0 | (c >> 18)));
-    out.push_back(static_cast<char>(0x80 | ((c >> 12) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | ((c >> 6) & 0x3F)));
-    out.push_back(static_cast<char>(0x80 | (c & 0x3F)));
-  }
-}
 
 // Code points of `s`. Strings from the JSON parser are valid UTF-8; a stray
 // byte would decode as itself.
@@ -205,7 +188,7 @@ std::string ranges_text(const CharSet& s) {
 std::string class_text(const CharSet& s) {
   if (s.size() == 1 && s[0].lo == s[0].hi) {
     std::string c;
-    append_utf8(c, s[0].lo);
+    encode_utf8(c, s[0].lo);
     return literal(c);
   }
   const CharSet neg = complement(s);
@@ -229,7 +212,7 @@ Gbnf escaped(std::string_view tail, const CharSet& rest) {
   if (rest.empty()) return Gbnf{literal(str_cat("\\", tail)), true, true};
   if (rest.size() == 1 && rest[0].lo == rest[0].hi) {
     std::string last;
-    append_utf8(last, rest[0].lo);
+    encode_utf8(last, rest[0].lo);
     return Gbnf{literal(str_cat("\\", tail, last)), true, true};
   }
   return Gbnf{str_cat(literal(str_cat("\\", tail)), " ", class_text(rest)), false, false};
@@ -1542,7 +1525,7 @@ class Converter {
       CharSet taken = {{'"', '"'}, {'\\', '\\'}, {0, 0x1F}};
       for (const auto& [c, child] : n.next) {
         std::string ch;
-        append_utf8(ch, c);
+        encode_utf8(ch, c);
         alts.push_back(str_cat(literal(ch), " ", trie[child].name));
         taken.push_back({c, c});
       }

@@ -32,7 +32,7 @@ void fuzz_chat(std::string_view bytes) {
     const std::string m(s.message());
     if (s.code() != absl::StatusCode::kInvalidArgument) std::abort();
     if (!starts_with(m, "messages[") && !starts_with(m, "tools") &&
-        !starts_with(m, "template_kwargs"))
+        !starts_with(m, "template_kwargs") && !starts_with(m, "response_format"))
       std::abort();
     return;
   }
@@ -50,8 +50,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (!parsed.ok()) {
     const std::string m(parsed.message());
     if (parsed.code() != absl::StatusCode::kInvalidArgument) std::abort();
-    if (m.rfind("request:", 0) != 0 && m.rfind("prompt:", 0) != 0 && m.rfind("model:", 0) != 0 &&
-        m.rfind("stop[", 0) != 0)
+    if (!starts_with(m, "request:") && !starts_with(m, "prompt:") && !starts_with(m, "model:") &&
+        !starts_with(m, "stop[") && !starts_with(m, "response_format."))
       std::abort();
     return 0;
   }
@@ -62,7 +62,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const std::string m(s.message());
     const bool names_field = starts_with(m, "prompt") || starts_with(m, "max_tokens") ||
                              starts_with(m, "stop") || starts_with(m, "sampling.") ||
-                             starts_with(m, "top_logprobs");
+                             starts_with(m, "top_logprobs") || starts_with(m, "response_format");
     if (!names_field) std::abort();
     return 0;
   }

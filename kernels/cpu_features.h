@@ -62,7 +62,7 @@ class ScopedIsa {
 // dispatchers): a template instantiated under AVX flags could be merged by
 // the linker with the baseline's copy.
 //
-// A build with HEARTH_SCALAR_KERNELS_ONLY (the fuzz build, whose targets
+// A build with HEARTH_SCALAR_KERNELS_ONLY (a fuzz-only tree, whose targets
 // parse files and requests and run no kernel) compiles no SIMD file: its
 // dispatchers name their SIMD tables through HEARTH_SIMD_TABLE, which is
 // then nullptr, and isa_supported() reports the scalar level alone.

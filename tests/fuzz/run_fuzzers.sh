@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets (preset "fuzz": clang-14, ASan + UBSan) and runs
-# each for a bounded time. Any crash, leak, timeout (>10 s on one input) or
-# out-of-memory fails the run; the failing input is kept under build/fuzz/artifacts/
+# Builds the libFuzzer targets (in the "asan" preset's tree: clang-14, ASan +
+# UBSan, where the suites are built too) and runs each for a bounded time. Any crash, leak, timeout (>10 s on one input) or
+# out-of-memory fails the run; the failing input is kept under build/asan/fuzz/artifacts/
 # and belongs in tests/fuzz/regressions/<target>/ once fixed (those inputs are
 # replayed first on every run).
 #
@@ -17,39 +17,39 @@ seconds=${1:-60}
 shared=${HEARTH_SHARED_DIR:-../shared}
 say() { printf '\033[1m[fuzz]\033[0m %s\n' "$*"; }
 
-say "building the fuzz targets in build/fuzz (clang-14)"
-cmake --preset fuzz -G Ninja >/dev/null
-cmake --build build/fuzz --target gguf_fuzz tokenizer_fuzz request_validation_fuzz chat_template_fuzz \
+say "building the fuzz targets in build/asan (clang-14)"
+cmake --preset asan -G Ninja >/dev/null
+cmake --build build/asan --target gguf_fuzz tokenizer_fuzz request_validation_fuzz chat_template_fuzz \
   grammar_fuzz
 
-mkdir -p build/fuzz/artifacts build/fuzz/summary
-rm -f build/fuzz/summary/*
+mkdir -p build/asan/fuzz/artifacts build/asan/fuzz/summary
+rm -f build/asan/fuzz/summary/*
 # fuzz NAME TARGET SEED_DIR [VOCAB]: one bounded run; its summary line goes to
-# build/fuzz/summary/NAME.
+# build/asan/fuzz/summary/NAME.
 fuzz() {
   local name=$1 target=$2 seeds=$3 vocab=${4:-}
-  local work=build/fuzz/corpus/$name regress=tests/fuzz/regressions/$target
+  local work=build/asan/fuzz/corpus/$name regress=tests/fuzz/regressions/$target
   mkdir -p "$work"
   local env=()
   [ -n "$vocab" ] && env=(HEARTH_FUZZ_VOCAB="$vocab")
   if [ -d "$regress" ] && [ -n "$(ls -A "$regress")" ]; then
     say "$name: replaying $(ls "$regress" | wc -l) regression inputs"
-    env "${env[@]}" "build/fuzz/tests/fuzz/$target" "$regress"/* >/dev/null 2>&1 ||
+    env "${env[@]}" "build/asan/tests/fuzz/$target" "$regress"/* >/dev/null 2>&1 ||
       { echo "regression input failed again: $regress" >&2; exit 1; }
   fi
   say "$name: fuzzing for ${seconds} s"
-  local log=build/fuzz/$name.log
-  if ! env "${env[@]}" "build/fuzz/tests/fuzz/$target" -max_total_time="$seconds" -timeout=10 \
-      -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix=build/fuzz/artifacts/"$name"- \
+  local log=build/asan/fuzz/$name.log
+  if ! env "${env[@]}" "build/asan/tests/fuzz/$target" -max_total_time="$seconds" -timeout=10 \
+      -rss_limit_mb=2048 -print_final_stats=1 -artifact_prefix=build/asan/fuzz/artifacts/"$name"- \
       "$work" "$seeds" >"$log" 2>&1; then
     tail -40 "$log" >&2
-    echo "fuzz target $name FAILED: see $log and build/fuzz/artifacts/" >&2
+    echo "fuzz target $name FAILED: see $log and build/asan/fuzz/artifacts/" >&2
     exit 1
   fi
   local execs
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   printf '%-28s %12s executions in %s s, corpus %s files\n' "$name" "$execs" "$seconds" \
-    "$(ls "$work" | wc -l)" >"build/fuzz/summary/$name"
+    "$(ls "$work" | wc -l)" >"build/asan/fuzz/summary/$name"
 }
 
 # run NAME TARGET SEED_DIR [VOCAB]: starts fuzz in the background once a core
@@ -93,4 +93,4 @@ if [ "$failed" -ne 0 ]; then
   exit 1
 fi
 say "all fuzz targets ran clean"
-cat build/fuzz/summary/*
+cat build/asan/fuzz/summary/*

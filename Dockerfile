@@ -1,8 +1,8 @@
-# hearth: the gRPC inference server in a container.
+# hearth: the gRPC inference server (and its OpenAI-compatible HTTP API) in a container.
 #
 #   docker build -t hearth .
-#   docker run --rm -p 50051:50051 -p 9464:9464 hearth          # serves the built-in demo model
-#   docker run --rm -p 50051:50051 -p 9464:9464 -v $PWD/models:/models:ro hearth \
+#   docker run --rm -p 50051:50051 -p 9464:9464 -p 8080:8080 hearth   # serves the built-in demo model
+#   docker run --rm -p 50051:50051 -p 9464:9464 -p 8080:8080 -v $PWD/models:/models:ro hearth \
 #       --model tinyllama=/models/tinyllama-1.1b-chat-v1.0.Q4_0.gguf
 #
 # Two stages, both Debian 12 "bookworm" (every dependency is a Debian package):
@@ -24,8 +24,9 @@ ARG RUNTIME_BASE=debian:bookworm-slim
 FROM ${BUILD_BASE} AS build
 
 # The packages hearth.sh installs for the build and the test suite, minus Google
-# Benchmark (benchmarks are not built here) and the fuzzing toolchain. The suite
-# also runs python3-grpcio (Python client test), openssl (TLS certificates) and
+# Benchmark (benchmarks are not built here) and the fuzzing toolchain. cpp-httplib
+# (libcpp-httplib-dev) serves the OpenAI-compatible HTTP API. The suite also runs
+# python3-grpcio (Python client test), openssl (TLS certificates) and
 # prometheus/promtool (observability tests).
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
@@ -34,7 +35,7 @@ RUN apt-get update \
       libxnnpack-dev libpthreadpool-dev libcpuinfo-dev \
       libgtest-dev libgmock-dev googletest \
       libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
-      prometheus-cpp-dev nlohmann-json3-dev \
+      prometheus-cpp-dev nlohmann-json3-dev libcpp-httplib-dev \
       python3 python3-grpcio python3-grpc-tools openssl prometheus \
  && rm -rf /var/lib/apt/lists/*
 
@@ -70,6 +71,7 @@ RUN apt-get update \
       libspdlog1.10 libfmt9 \
       libxnnpack0 libpthreadpool0 libcpuinfo0 \
       libprometheus-cpp-core1.0 libprometheus-cpp-pull1.0 libcivetweb1 \
+      libcpp-httplib0.11 libbrotli1 \
       libre2-9 libc-ares2 libssl3 ca-certificates \
  && rm -rf /var/lib/apt/lists/* \
  && groupadd --system --gid 10001 hearth \
@@ -91,7 +93,9 @@ USER 10001:10001
 
 # 50051: gRPC (hearth.v1.Inference, grpc.health.v1.Health, reflection)
 # 9464:  Prometheus /metrics
-EXPOSE 50051 9464
+# 8080:  the OpenAI-compatible HTTP API (/v1/models, /v1/completions,
+#        /v1/chat/completions, /health), turned on by the ENTRYPOINT below
+EXPOSE 50051 9464 8080
 
 # Healthy only when the server reports SERVING for the overall service "": every
 # model loaded and warm, not draining. The start period covers model loading. (With
@@ -103,7 +107,11 @@ HEALTHCHECK --interval=15s --timeout=5s --start-period=120s --retries=3 \
 # (health NOT_SERVING), lets generations finish for --grace-period-s (default 10 s),
 # then exits 0. Give `docker stop -t` / terminationGracePeriodSeconds more than that.
 STOPSIGNAL SIGTERM
-ENTRYPOINT ["hearth-server"]
-# No arguments: the built-in synthetic demo model "demo" on 0.0.0.0:50051 and /metrics
-# on 0.0.0.0:9464 (random weights: the text is meaningless, every code path is real).
+# The server's HTTP API is off by default; the image turns it on in the ENTRYPOINT, so
+# that it stays on whatever arguments `docker run IMAGE ...` passes (they follow it;
+# a later --http-listen ADDR wins, as the server takes the last value of a flag).
+ENTRYPOINT ["hearth-server", "--http-listen", "0.0.0.0:8080"]
+# No arguments: the built-in synthetic demo model "demo" on 0.0.0.0:50051, /metrics
+# on 0.0.0.0:9464 and the HTTP API on 0.0.0.0:8080 (random weights: the text is
+# meaningless, every code path is real).
 CMD []

@@ -20,6 +20,7 @@ PACKAGES=(
   python3-grpcio python3-grpc-tools python3-jinja2  # jinja2: the chat template conformance test
   python3-jsonschema  # validates structured output independently of hearth
   nlohmann-json3-dev
+  libcpp-httplib-dev  # the OpenAI-compatible HTTP front end
   clang-14 libclang-rt-14-dev
   prometheus openssl curl
   docker-compose  # validates deploy/docker-compose.yml (no daemon needed)

@@ -6,9 +6,11 @@
 #   2. podman build at nice 19 (the build stage compiles hearth and runs its tests)
 #   3. the image's metadata: non-root user, ports, HEALTHCHECK, entrypoint
 #   4. `podman run` with NO arguments (the demo model), ports published on loopback
+#      (gRPC 50051, /metrics 9464, the OpenAI-compatible HTTP API 8080)
 #   5. the HEALTHCHECK, run on demand (podman healthcheck run: periodic checks need
-#      systemd timers, absent here) and `hearth health`
-#   6. Generate through the image's CLI: hearth generate --server 127.0.0.1:PORT ...
+#      systemd timers, absent here), `hearth health`, and GET /health on the HTTP port
+#   6. Generate through the image's CLI: hearth generate --server 127.0.0.1:PORT ...,
+#      and POST /v1/completions with curl
 #   7. /metrics read with curl: the Generate shows in the request counters
 #   8. a model file mounted read-only at /models (if ../shared/models has one), with a
 #      read-only root file system (as the Kubernetes manifests run it)
@@ -190,25 +192,30 @@ entry=$(inspect '{{join .Config.Entrypoint " "}}')
 say "image: $((size / 1000000)) MB, user '$user', exposes '$ports', entrypoint '$entry'"
 say "healthcheck: $health"
 [ "$user" = "10001:10001" ] || die "image user is '$user', expected 10001:10001"
-grep -q "50051/tcp" <<<"$ports" && grep -q "9464/tcp" <<<"$ports" || die "image does not expose 50051 and 9464"
+grep -q "50051/tcp" <<<"$ports" && grep -q "9464/tcp" <<<"$ports" && grep -q "8080/tcp" <<<"$ports" ||
+  die "image does not expose 50051, 9464 and 8080"
+grep -q -- "--http-listen 0.0.0.0:8080" <<<"$entry" || die "the entrypoint does not turn the HTTP API on (--http-listen 0.0.0.0:8080)"
 grep -q "hearth health" <<<"$health" || die "no HEALTHCHECK running 'hearth health'"
 step_done "3. image metadata (user, ports, healthcheck)" "$t"
 
 # ---- 4. run with no arguments -----------------------------------------------------
 t=$(date +%s)
 timeout 120 podman run -d --name "$NAME" "${RUNTIME_FLAGS[@]}" --pull=never --health-interval disable \
-  -p 127.0.0.1::50051 -p 127.0.0.1::9464 "$IMAGE" >/dev/null 2>"$WORK/run.err" ||
+  -p 127.0.0.1::50051 -p 127.0.0.1::9464 -p 127.0.0.1::8080 "$IMAGE" >/dev/null 2>"$WORK/run.err" ||
   { cat "$WORK/run.err"; die "podman run failed"; }
 GRPC=$(podman port "$NAME" 50051/tcp); GRPC=127.0.0.1:${GRPC##*:}
 METRICS=$(podman port "$NAME" 9464/tcp); METRICS=127.0.0.1:${METRICS##*:}
-say "container $NAME: gRPC on $GRPC, metrics on $METRICS"
+HTTP=$(podman port "$NAME" 8080/tcp); HTTP=127.0.0.1:${HTTP##*:}
+say "container $NAME: gRPC on $GRPC, metrics on $METRICS, HTTP API on $HTTP"
 deadline=$(( $(date +%s) + 120 ))
 until podman logs "$NAME" 2>/dev/null | grep -q "hearth-server ready"; do
   [ "$(podman inspect --format '{{.State.Running}}' "$NAME")" = true ] || die "the server exited before it was ready"
   [ "$(date +%s)" -lt "$deadline" ] || die "no ready line within 120 s"
   sleep 1
 done
-say "$(podman logs "$NAME" 2>/dev/null | grep 'hearth-server ready')"
+ready_line=$(podman logs "$NAME" 2>/dev/null | grep 'hearth-server ready')
+say "$ready_line"
+grep -q " http=" <<<"$ready_line" || die "the ready line has no http=HOST:PORT (HTTP API off?)"
 [ "$(timeout 30 podman exec "$NAME" id -u)" = 10001 ] || die "the server does not run as uid 10001"
 step_done "4. podman run IMAGE (no arguments) until ready" "$t"
 
@@ -220,7 +227,13 @@ cli() { timeout 60 podman run --rm "${RUNTIME_FLAGS[@]}" --pull=never --no-healt
 # (podman 4.3 logs "unable to get systemd connection" errors for images with a
 # HEALTHCHECK even with --health-interval disable: harmless, kept out of the output.)
 cli health --server "$GRPC" || die "hearth health --server $GRPC failed"
-step_done "5. HEALTHCHECK + hearth health" "$t"
+# The HTTP API's /health (no token): what a plain HTTP probe would check.
+health_code=$(curl -sS --max-time 10 -o "$WORK/health.json" -w '%{http_code}' "http://$HTTP/health") ||
+  die "GET http://$HTTP/health failed"
+say "GET /health: $health_code $(cat "$WORK/health.json")"
+[ "$health_code" = 200 ] && grep -q '"status" *: *"ready"' "$WORK/health.json" ||
+  die "GET /health answered $health_code $(cat "$WORK/health.json"), expected 200 {\"status\":\"ready\"}"
+step_done "5. HEALTHCHECK + hearth health + GET /health" "$t"
 
 # ---- 6. Generate through the CLI --------------------------------------------------
 t=$(date +%s)
@@ -229,7 +242,13 @@ cli generate --server "$GRPC" --prompt hi --max-tokens 8 >"$WORK/generate.out" 2
   { cat "$WORK/generate.err"; die "hearth generate failed"; }
 printf '    text: %q\n' "$(cat "$WORK/generate.out")"
 sed 's/^/    /' "$WORK/generate.err"
-step_done "6. Generate through the CLI (8 tokens)" "$t"
+say "POST /v1/completions (model demo, 8 tokens):"
+curl -fsS --max-time 60 -H 'Content-Type: application/json' \
+  -d '{"model": "demo", "prompt": "hi", "max_tokens": 8}' \
+  "http://$HTTP/v1/completions" >"$WORK/completion.json" || die "POST http://$HTTP/v1/completions failed"
+sed 's/^/    /' "$WORK/completion.json"; echo
+grep -q '"text_completion"' "$WORK/completion.json" || die "/v1/completions did not answer a text_completion object"
+step_done "6. Generate through the CLI, /v1/completions with curl" "$t"
 
 # ---- 7. metrics -------------------------------------------------------------------
 t=$(date +%s)

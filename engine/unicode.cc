@@ -83,14 +83,17 @@ void append_utf8(std::string& out, char32_t c) {
   encode_utf8(out, c);
 }
 
-bool is_valid_utf8(std::string_view text) {
-  for (std::size_t pos = 0; pos < text.size();) {
+std::size_t first_invalid_utf8(std::string_view text) {
+  std::size_t pos = 0;
+  while (pos < text.size()) {
     const Utf8Char ch = decode_utf8(text, pos);
-    if (ch.status != Utf8Status::kOk) return false;
+    if (ch.status != Utf8Status::kOk) break;
     pos += ch.length;
   }
-  return true;
+  return pos;
 }
+
+bool is_valid_utf8(std::string_view text) { return first_invalid_utf8(text) == text.size(); }
 
 std::string sanitize_utf8(std::string_view text) {
   std::string out;

@@ -70,6 +70,9 @@ Utf8Char decode_utf8(std::string_view text, std::size_t pos);
 void append_utf8(std::string& out, char32_t c);
 
 bool is_valid_utf8(std::string_view text);
+// The offset of the first ill-formed or unfinished sequence; text.size()
+// when the whole text is well-formed.
+std::size_t first_invalid_utf8(std::string_view text);
 
 // `text` with each ill-formed or unfinished sequence replaced by U+FFFD.
 std::string sanitize_utf8(std::string_view text);

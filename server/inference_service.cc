@@ -9,6 +9,7 @@
 #include "base/str_cat.h"
 #include "engine/generation.h"
 #include "engine/unicode.h"
+#include "server/bearer_auth.h"
 #include "server/chat_call.h"
 #include "server/request_validation.h"
 
@@ -135,20 +136,10 @@ absl::Status prepare(const grpc::ByteBuffer& request_bytes, std::size_t limit, C
   return map_generation_request(request, limit, call.generate.request);
 }
 
-bool constant_time_equal(const std::string& a, const std::string& b) {
-  unsigned char diff = a.size() == b.size() ? 0 : 1;
-  for (std::size_t i = 0; i < a.size(); ++i)
-    diff |= static_cast<unsigned char>(a[i] ^ (i < b.size() ? b[i] : 0));
-  return diff == 0;
-}
-
 }  // namespace
 
-InferenceService::InferenceService(ModelRegistry& registry, ServiceOptions options,
-                                   RequestObserver* observer)
-    : registry_(registry),
-      options_(std::move(options)),
-      path_(registry, RequestPathOptions{options_.max_tokens_limit}, observer) {
+InferenceService::InferenceService(RequestPath& path, ServiceOptions options)
+    : registry_(path.registry()), options_(std::move(options)), path_(path) {
   // Method indices follow the order of the rpcs in inference.proto.
   MarkMethodStreamed(0,
                      new grpc::internal::SplitServerStreamingHandler<grpc::ByteBuffer,
@@ -176,18 +167,11 @@ InferenceService::InferenceService(ModelRegistry& registry, ServiceOptions optio
 }
 
 grpc::Status InferenceService::check_auth(const grpc::ServerContext& context) const {
-  if (options_.auth_token.empty()) return grpc::Status::OK;
+  std::optional<std::string_view> authorization;
   const auto& md = context.client_metadata();
-  const auto it = md.find("authorization");
-  if (it == md.end())
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
-                        "authorization: missing (send metadata 'authorization: Bearer <token>')");
-  const std::string value(it->second.data(), it->second.size());
-  constexpr std::string_view kBearer = "Bearer ";
-  if (value.compare(0, kBearer.size(), kBearer) != 0 ||
-      !constant_time_equal(value.substr(kBearer.size()), options_.auth_token))
-    return grpc::Status(grpc::StatusCode::UNAUTHENTICATED, "authorization: invalid bearer token");
-  return grpc::Status::OK;
+  if (const auto it = md.find("authorization"); it != md.end())
+    authorization = std::string_view(it->second.data(), it->second.size());
+  return to_grpc(check_bearer(authorization, options_.auth_token));
 }
 
 grpc::Status InferenceService::run(grpc::ServerContext* context,

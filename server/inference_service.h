@@ -40,8 +40,9 @@ struct ServiceOptions {
 
 class InferenceService final : public hearth::v1::Inference::Service {
  public:
-  InferenceService(ModelRegistry& registry, ServiceOptions options,
-                   RequestObserver* observer = nullptr);
+  // `path` (validation, admission, generation, records; shared with the
+  // other front ends) outlives the service.
+  InferenceService(RequestPath& path, ServiceOptions options);
 
   // Every method is registered with a raw-bytes request handler (see the
   // constructor): hearth parses requests itself, so one that gRPC's parser
@@ -57,10 +58,6 @@ class InferenceService final : public hearth::v1::Inference::Service {
                           hearth::v1::ListModelsResponse* response) override;
   grpc::Status GetModel(grpc::ServerContext* context, const hearth::v1::GetModelRequest* request,
                         hearth::v1::ModelInfo* response) override;
-
-  // Cancels every running generation at its next step (the grace period is
-  // over); they end with UNAVAILABLE.
-  void abort_all() { path_.abort_all(); }
 
  private:
   grpc::Status check_auth(const grpc::ServerContext& context) const;
@@ -94,7 +91,7 @@ class InferenceService final : public hearth::v1::Inference::Service {
 
   ModelRegistry& registry_;
   const ServiceOptions options_;
-  RequestPath path_;         // validation, admission, generation, records
+  RequestPath& path_;
   PieceWriterPool writers_;  // Generate streams' writer threads
 };
 

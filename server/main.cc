@@ -1,10 +1,11 @@
-// hearth-server: serves GGUF models over gRPC (hearth.v1.Inference).
+// hearth-server: serves GGUF models over gRPC (hearth.v1.Inference) and,
+// with --http-listen, the OpenAI-compatible HTTP API.
 //
 //   hearth-server [--model NAME=PATH ...] [--config FILE] [--listen ADDR] ...
 //
 // With no model, serves the built-in synthetic demo model as "demo". When
 // every model is loaded and warm, prints one line to stdout:
-//   hearth-server ready grpc=HOST:PORT metrics=HOST:PORT
+//   hearth-server ready grpc=HOST:PORT metrics=HOST:PORT [http=HOST:PORT]
 // Logs go to stderr. SIGTERM/SIGINT drain and exit 0.
 #include <pthread.h>
 #include <signal.h>
@@ -45,13 +46,19 @@ Models (with none, the built-in synthetic demo model is served as "demo"):
 Network:
   --listen ADDR             gRPC address (default 0.0.0.0:50051; port 0 picks one)
   --metrics-listen ADDR     Prometheus /metrics address (default 0.0.0.0:9464; "off" disables)
-  --max-message-bytes N     largest request or response (default 4194304)
+  --http-listen ADDR        also serve the OpenAI-compatible HTTP API (/v1/completions,
+                            /v1/chat/completions, /v1/models, /health) here (default: off)
+  --http-idle-timeout-s S   disconnect an HTTP client that sends or reads nothing for S seconds
+                            mid-request, or idles that long between requests (default 5)
+  --max-message-bytes N     largest request or response, gRPC message or HTTP body
+                            (default 4194304)
   --keepalive-time-s S      ping an idle connection after S seconds (default 60)
   --keepalive-timeout-s S   drop it if the ping is unanswered after S seconds (default 20)
   --max-connection-age-s S  close connections after S seconds (in-flight calls finish), so
                             clients re-resolve and reach new replicas (default 0: never)
   --tls-cert FILE --tls-key FILE   serve TLS with this PEM certificate chain and key
-  --auth-token TOKEN        require "authorization: Bearer TOKEN" on hearth.v1 calls
+  --auth-token TOKEN        require "authorization: Bearer TOKEN" on hearth.v1 calls and on
+                            the HTTP API (not on health checks)
   --auth-token-file FILE    the same, the token read from FILE (trailing newline ignored)
 Work:
   --worker-threads N        gRPC worker threads (default: instances + queue slots + 16)
@@ -103,6 +110,7 @@ int main(int argc, char** argv) {
       {"keepalive-time-s", 1, 86400, true, count(options.keepalive_time_s)},
       {"keepalive-timeout-s", 1, 3600, true, count(options.keepalive_timeout_s)},
       {"max-connection-age-s", 0, 86400 * 365, true, count(options.max_connection_age_s)},
+      {"http-idle-timeout-s", 1, 3600, true, count(options.http_idle_timeout_s)},
       {"worker-threads", 2, 4096, true, size(options.worker_threads)},
       {"max-tokens-limit", 1, 1 << 20, true, size(options.service.max_tokens_limit)},
       {"kernel-threads", 1, 1024, true,
@@ -110,8 +118,8 @@ int main(int argc, char** argv) {
       {"grace-period-s", 0, 3600, false, [&](double v) { options.grace_period_s = v; }},
   };
   std::vector<std::string> value_flags = {
-      "model",          "config",   "kv-cache", "chat-template", "listen",
-      "metrics-listen", "tls-cert", "tls-key",  "auth-token",    "auth-token-file"};
+      "model",    "config",  "kv-cache",   "chat-template",   "listen",     "metrics-listen",
+      "tls-cert", "tls-key", "auth-token", "auth-token-file", "http-listen"};
   for (const NumericFlag& f : numeric_flags) value_flags.push_back(f.name);
 
   hearth::Flags flags("hearth-server", value_flags, {"help", "keep-going"});
@@ -178,6 +186,7 @@ int main(int argc, char** argv) {
     return usage_error(str_cat("hearth-server: ", s.message()));
 
   options.listen = flags.get("listen", options.listen);
+  options.http_listen = flags.get("http-listen");
   options.tls_cert_file = flags.get("tls-cert");
   options.tls_key_file = flags.get("tls-key");
   options.keep_going = flags.get_bool("keep-going").value_or(false);
@@ -227,10 +236,16 @@ int main(int argc, char** argv) {
   }
   // Load errors are logged by the registry, naming the model and the file.
   if (absl::Status s = srv.load(&kernels::default_thread_pool()); !s.ok()) return 1;
-  const std::string host = options.listen.substr(0, options.listen.rfind(':'));
-  std::printf("hearth-server ready grpc=%s:%d metrics=%s\n",
-              host == "0.0.0.0" || host == "[::]" ? "127.0.0.1" : host.c_str(), *port,
-              metrics_address.c_str());
+  // Wildcard hosts are printed as loopback: an address a client can dial.
+  const auto dialable = [](const std::string& listen) {
+    const std::string host = listen.substr(0, listen.rfind(':'));
+    return host == "0.0.0.0" || host == "[::]" ? std::string("127.0.0.1") : host;
+  };
+  const std::string http =
+      srv.http_port() > 0 ? str_cat(" http=", dialable(options.http_listen), ":", srv.http_port())
+                          : "";
+  std::printf("hearth-server ready grpc=%s:%d metrics=%s%s\n", dialable(options.listen).c_str(),
+              *port, metrics_address.c_str(), http.c_str());
   std::fflush(stdout);
 
   int sig = 0;

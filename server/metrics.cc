@@ -201,7 +201,8 @@ struct MetricsExporter::ModelMetrics {
   prometheus::Counter* prompt_tokens;
   prometheus::Counter* prompt_tokens_cached;
   prometheus::Counter* generated_tokens;
-  std::map<std::string, prometheus::Histogram*> duration;  // by method; guarded by models_mu_
+  // By method and transport; guarded by models_mu_.
+  std::map<std::pair<std::string, std::string>, prometheus::Histogram*> duration;
 };
 
 struct MetricsExporter::StepMetrics {
@@ -579,14 +580,20 @@ void MetricsExporter::on_request_done(const RequestRecord& r) {
   try {
     const std::string model = r.model.empty() ? kUnknownModel : r.model;
     ModelMetrics& m = model_metrics(model);
-    requests_total_->Add({{"model", model}, {"method", r.method}, {"code", code_name(r.code)}})
+    requests_total_
+        ->Add({{"model", model},
+               {"method", r.method},
+               {"code", code_name(r.code)},
+               {"transport", r.transport}})
         .Increment();
     prometheus::Histogram* duration = nullptr;
     {
       std::lock_guard<std::mutex> lock(models_mu_);
-      prometheus::Histogram*& h = m.duration[r.method];
+      prometheus::Histogram*& h = m.duration[{r.method, r.transport}];
       if (h == nullptr)
-        h = &request_duration_->Add({{"model", model}, {"method", r.method}}, latency_buckets());
+        h = &request_duration_->Add(
+            {{"model", model}, {"method", r.method}, {"transport", r.transport}},
+            latency_buckets());
       duration = h;
     }
     duration->Observe(r.duration_s);

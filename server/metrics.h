@@ -12,12 +12,16 @@
 //
 // Metrics (base units; counters end in _total). Labels: model = the served
 // model's name ("(unknown)" for calls naming no served model), method = the
-// hearth.v1 method, code = the final gRPC status code name ("OK",
-// "UNAVAILABLE", ...).
+// hearth.v1 method (an HTTP call counts as the method it maps to: streamed
+// chat completions as Chat, unary ones as ChatComplete, completions as
+// Generate / Complete, GET /v1/models as ListModels), code = the final gRPC
+// status code name ("OK", "UNAVAILABLE", ...), transport = the front end
+// the call came through ("grpc", "http").
 //
 //   Requests
-//   hearth_requests_total{model,method,code}               counter
-//   hearth_request_duration_seconds{model,method}          histogram (arrival to final status)
+//   hearth_requests_total{model,method,code,transport}     counter
+//   hearth_request_duration_seconds{model,method,transport}  histogram (arrival to final
+//                                                          status)
 //   hearth_queue_wait_seconds{model}                       histogram (waiting for an instance)
 //   hearth_time_to_first_token_seconds{model}              histogram
 //   hearth_inter_token_latency_seconds{model}              histogram (token to next token)

@@ -18,6 +18,7 @@ namespace hearth::server {
 struct RequestRecord {
   std::string model;   // empty when the request named no known model
   std::string method;  // "Generate", "Complete", ...
+  std::string transport = "grpc";  // the front end: "grpc", "http"
   absl::StatusCode code = absl::StatusCode::kOk;
   std::chrono::steady_clock::time_point arrival = std::chrono::steady_clock::now();
   double queue_s = -1;                // time waiting for an instance; < 0: never queued

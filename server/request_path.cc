@@ -97,13 +97,27 @@ absl::StatusOr<ModelPool*> RequestPath::find(const std::string& method, const st
 absl::StatusOr<GenerateOutcome> RequestPath::generate(const GenerateCall& call, PieceSink& sink,
                                                       const CallContext& context,
                                                       RequestRecord& record) {
-  HEARTH_ASSIGN_OR_RETURN(ModelPool * pool, find(call.method, call.model, record));
-  return run(*pool, call, sink, context, record);
+  HEARTH_ASSIGN_OR_RETURN(std::unique_ptr<Admission> admission, admit(call, context, record));
+  return execute(std::move(admission), sink, context, record);
 }
 
 absl::StatusOr<GenerateOutcome> RequestPath::chat(const ChatCall& call, PieceSink& sink,
                                                   const CallContext& context,
                                                   RequestRecord& record) {
+  HEARTH_ASSIGN_OR_RETURN(std::unique_ptr<Admission> admission, admit(call, context, record));
+  return execute(std::move(admission), sink, context, record);
+}
+
+absl::StatusOr<std::unique_ptr<Admission>> RequestPath::admit(const GenerateCall& call,
+                                                              const CallContext& context,
+                                                              RequestRecord& record) {
+  HEARTH_ASSIGN_OR_RETURN(ModelPool * pool, find(call.method, call.model, record));
+  return admit_prompt(*pool, call, context, record);
+}
+
+absl::StatusOr<std::unique_ptr<Admission>> RequestPath::admit(const ChatCall& call,
+                                                              const CallContext& context,
+                                                              RequestRecord& record) {
   HEARTH_ASSIGN_OR_RETURN(ModelPool * pool, find(call.method, call.model, record));
   if (call.conversation.messages.empty()) return invalid("messages: at least one is needed");
   HEARTH_ASSIGN_OR_RETURN(const chat::ChatPrompt* prompt, pool->chat_prompt());
@@ -116,12 +130,13 @@ absl::StatusOr<GenerateOutcome> RequestPath::chat(const ChatCall& call, PieceSin
   generate.request.tokenize.parse_special = true;
   generate.request.tokenize.add_bos =
       pool->tokenizer().add_bos_default() && !prompt->starts_with_bos(generate.request.prompt);
-  return run(*pool, generate, sink, context, record);
+  return admit_prompt(*pool, generate, context, record);
 }
 
-absl::StatusOr<GenerateOutcome> RequestPath::run(ModelPool& pool, const GenerateCall& call,
-                                                 PieceSink& sink, const CallContext& context,
-                                                 RequestRecord& record) {
+absl::StatusOr<std::unique_ptr<Admission>> RequestPath::admit_prompt(ModelPool& pool,
+                                                                     const GenerateCall& call,
+                                                                     const CallContext& context,
+                                                                     RequestRecord& record) {
   HEARTH_RETURN_IF_ERROR(check_generation_request(call.request, options_.max_tokens_limit));
   const std::size_t vocab = pool.tokenizer().vocab_size();
   const std::int32_t top_k = call.request.sampling.top_k;
@@ -145,15 +160,23 @@ absl::StatusOr<GenerateOutcome> RequestPath::run(ModelPool& pool, const Generate
 
   absl::StatusOr<ModelPool::Lease> lease =
       pool.acquire(context.deadline, context.cancelled, request.prompt_ids);
-  const Clock::time_point started = Clock::now();
-  record.queue_s = seconds_between(record.arrival, started);
+  record.queue_s = seconds_between(record.arrival, Clock::now());
   if (!lease.ok()) return lease.status();
+  return std::unique_ptr<Admission>(
+      new Admission{pool, std::move(*lease), std::move(*sequence), call.reuse_prefix});
+}
 
+absl::StatusOr<GenerateOutcome> RequestPath::execute(std::unique_ptr<Admission> admission,
+                                                     PieceSink& sink, const CallContext& context,
+                                                     RequestRecord& record) {
+  ModelPool& pool = admission->pool;
+  const ModelPool::Lease& lease = admission->lease;
   TimedSink timed(sink, record, observer_);
-  absl::StatusOr<RunResult> run = pool.step_loop().run(
-      lease->module(), lease->index(), call.reuse_prefix, **sequence, timed, context, aborted_);
+  absl::StatusOr<RunResult> run =
+      pool.step_loop().run(lease.module(), lease.index(), admission->reuse_prefix,
+                           *admission->sequence, timed, context, aborted_);
   if (!run.ok()) return run.status();
-  const engine::Sequence& seq = **sequence;
+  const engine::Sequence& seq = *admission->sequence;
   record.generated_tokens = seq.generated_ids().size();
   record.cached_tokens = run->cached_tokens;
   record.temp_lookups = run->temp_lookups;
@@ -176,7 +199,7 @@ absl::StatusOr<GenerateOutcome> RequestPath::run(ModelPool& pool, const Generate
   out.prompt_ids.assign(seq.prompt_ids().begin(), seq.prompt_ids().end());
   out.generated_tokens = seq.generated_ids().size();
   out.cached_tokens = run->cached_tokens;
-  out.instance = lease->index();
+  out.instance = lease.index();
   out.queue_s = record.queue_s;
   out.time_to_first_token_s = record.time_to_first_token_s < 0 ? 0 : record.time_to_first_token_s;
   out.prefill_tokens_per_s = run->prefill_s > 0 ? out.prompt_ids.size() / run->prefill_s : 0;

@@ -24,6 +24,9 @@
 // generate() does, its special-token text parsed as special tokens (the
 // template writes the turn markers) and BOS added only when the model adds
 // one and the rendered text does not already begin with it.
+// A front end that must answer before the generation starts (an HTTP
+// status line goes out before the first event) calls admit() (steps 1-3)
+// and then execute() (steps 4-5); generate() and chat() are the two in one.
 // The caller ends the call (its last write) and then reports it with
 // finish(), which tells the observer once.
 //
@@ -33,11 +36,13 @@
 #include <atomic>
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/status/statusor.h"
 #include "engine/generation.h"
+#include "engine/sequence.h"
 #include "server/model_registry.h"
 #include "server/request_observer.h"
 #include "server/step_loop.h"
@@ -73,6 +78,16 @@ struct GenerateOutcome {
   double prefill_tokens_per_s = 0, decode_tokens_per_s = 0;
 };
 
+// A generation admitted by RequestPath::admit: its prompt tokenized and
+// checked, one of the model's instances held (released when this is
+// destroyed). Run it once with RequestPath::execute.
+struct Admission {
+  ModelPool& pool;
+  ModelPool::Lease lease;
+  std::unique_ptr<engine::Sequence> sequence;
+  bool reuse_prefix = true;
+};
+
 struct RequestPathOptions {
   std::size_t max_tokens_limit = 4096;
 };
@@ -95,6 +110,17 @@ class RequestPath {
   // One chat reply (see above); the same outcome as generate().
   absl::StatusOr<GenerateOutcome> chat(const ChatCall& call, PieceSink& sink,
                                        const CallContext& context, RequestRecord& record);
+  // Steps 1-3 of generate() / chat(): the model found, the request checked
+  // and tokenized, an instance held. Errors are those of generate().
+  absl::StatusOr<std::unique_ptr<Admission>> admit(const GenerateCall& call,
+                                                   const CallContext& context,
+                                                   RequestRecord& record);
+  absl::StatusOr<std::unique_ptr<Admission>> admit(const ChatCall& call, const CallContext& context,
+                                                   RequestRecord& record);
+  // Steps 4-5: runs an admitted generation to its end (blocks the calling
+  // thread); `admission` is spent (its instance released) on return.
+  absl::StatusOr<GenerateOutcome> execute(std::unique_ptr<Admission> admission, PieceSink& sink,
+                                          const CallContext& context, RequestRecord& record);
   // Reports a finished call of any method with its final status.
   void finish(RequestRecord& record, const absl::Status& status);
 
@@ -110,9 +136,10 @@ class RequestPath {
   // The model, recorded with the method in `record`.
   absl::StatusOr<ModelPool*> find(const std::string& method, const std::string& model,
                                   RequestRecord& record);
-  // generate() once the model is found and `call.request.prompt` is its text.
-  absl::StatusOr<GenerateOutcome> run(ModelPool& pool, const GenerateCall& call, PieceSink& sink,
-                                      const CallContext& context, RequestRecord& record);
+  // admit() once the model is found and `call.request.prompt` is its text.
+  absl::StatusOr<std::unique_ptr<Admission>> admit_prompt(ModelPool& pool, const GenerateCall& call,
+                                                          const CallContext& context,
+                                                          RequestRecord& record);
 
   ModelRegistry& registry_;
   const RequestPathOptions options_;

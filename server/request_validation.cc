@@ -55,14 +55,9 @@ std::string first_invalid_utf8_field(std::string_view b, const google::protobuf:
         if (f == nullptr) break;
         std::string name = prefix + f->name();
         if (f->is_repeated()) name = str_cat(name, "[", seen[number]++, "]");
-        if (f->type() == google::protobuf::FieldDescriptor::TYPE_STRING &&
-            !engine::is_valid_utf8(value)) {
-          std::size_t bad = 0;
-          for (engine::Utf8Char c;
-               bad < value.size() &&
-               (c = engine::decode_utf8(value, bad)).status == engine::Utf8Status::kOk;)
-            bad += c.length;
-          return str_cat(name, ": not valid UTF-8 (byte ", bad, " of the field)");
+        if (f->type() == google::protobuf::FieldDescriptor::TYPE_STRING) {
+          if (const std::size_t bad = engine::first_invalid_utf8(value); bad < value.size())
+            return str_cat(name, ": not valid UTF-8 (byte ", bad, " of the field)");
         }
         if (f->type() == google::protobuf::FieldDescriptor::TYPE_MESSAGE) {
           std::string inner =

@@ -27,15 +27,18 @@ HearthServer::HearthServer(ServerOptions options, RequestObserver* observer, Ste
     : options_(std::move(options)),
       registry_(options_.models),
       steps_(steps),
-      service_(registry_, options_.service, observer) {}
+      path_(registry_, RequestPathOptions{options_.service.max_tokens_limit}, observer),
+      service_(path_, options_.service) {}
 
 HearthServer::~HearthServer() {
+  if (http_) http_->set_state(HttpFrontEnd::State::kDraining);
   if (server_) {
-    service_.abort_all();
+    path_.abort_all();
     registry_.drain_all();
     server_->Shutdown(std::chrono::system_clock::now());
     server_->Wait();
   }
+  if (http_) http_->stop();
 }
 
 void HearthServer::set_health(const std::string& service, bool serving) {
@@ -99,6 +102,17 @@ absl::StatusOr<int> HearthServer::start() {
                                           " (address in use, or not an address)"));
   set_health("", false);
   for (const ModelEntry& e : registry_.entries()) set_health(e.spec.name, false);
+  if (!options_.http_listen.empty()) {
+    HttpOptions http;
+    http.listen = options_.http_listen;
+    http.auth_token = options_.service.auth_token;
+    http.threads = threads;
+    http.max_body_bytes = options_.max_message_bytes;
+    http.max_tokens_limit = options_.service.max_tokens_limit;
+    http.idle_timeout_s = options_.http_idle_timeout_s;
+    http_ = std::make_unique<HttpFrontEnd>(path_, http);
+    HEARTH_ASSIGN_OR_RETURN(http_port_, http_->start());
+  }
   spdlog::info("gRPC listening on {} (port {}){}{}; {} worker threads", options_.listen, port,
                creds == nullptr || options_.tls_cert_file.empty() ? "" : ", TLS",
                options_.service.auth_token.empty() ? "" : ", bearer-token auth", threads);
@@ -117,6 +131,7 @@ absl::Status HearthServer::load(kernels::ThreadPool* kernel_pool) {
   if (!s.ok() && (!options_.keep_going || !any)) return s;
   set_health("", true);
   set_health("hearth.v1.Inference", true);
+  if (http_) http_->set_state(HttpFrontEnd::State::kReady);
   return absl::OkStatus();
 }
 
@@ -126,19 +141,21 @@ bool HearthServer::shutdown() {
   set_health("", false);
   set_health("hearth.v1.Inference", false);
   for (const ModelEntry& e : registry_.entries()) set_health(e.spec.name, false);
+  if (http_) http_->set_state(HttpFrontEnd::State::kDraining);
   registry_.drain_all();
   const auto grace = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double>(options_.grace_period_s));
   const bool drained = registry_.wait_idle(Clock::now() + grace);
   if (!drained) {
     spdlog::warn("grace period over: cancelling the generations still running");
-    service_.abort_all();
+    path_.abort_all();
   }
   // Cancelled generations stop within one decode step; give the calls a
   // moment to send their final status before the transport closes.
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   server_->Wait();
   server_.reset();
+  if (http_) http_->stop();
   spdlog::info("stopped{}", drained ? "" : " (some generations were cancelled)");
   return drained;
 }

@@ -1,5 +1,6 @@
 // HearthServer: the gRPC server around the model registry, with health,
-// reflection, TLS, auth, and a graceful drain.
+// reflection, TLS, auth, and a graceful drain; and, when asked, the
+// OpenAI-compatible HTTP front end over the same request path.
 //
 // Life of a server:
 //   start()    binds the listen address and starts serving at once, with
@@ -24,6 +25,7 @@
 
 #include "absl/status/statusor.h"
 #include "grpcpp/server.h"
+#include "server/http_frontend.h"
 #include "server/inference_service.h"
 #include "server/model_registry.h"
 
@@ -31,6 +33,11 @@ namespace hearth::server {
 
 struct ServerOptions {
   std::string listen = "0.0.0.0:50051";
+  // The OpenAI-compatible HTTP API's address (server/http_frontend.h);
+  // empty: off. Its bodies are limited by max_message_bytes, its threads
+  // like gRPC's workers.
+  std::string http_listen;
+  int http_idle_timeout_s = 5;  // see HttpOptions::idle_timeout_s
   std::vector<ModelSpec> models;
   std::size_t worker_threads = 0;  // 0: enough for every instance, queue slot and 16 more
   std::size_t max_message_bytes = 4 << 20;
@@ -55,8 +62,11 @@ class HearthServer {
   ~HearthServer();
 
   // Binds and starts; returns the bound port (the one picked when the listen
-  // address has port 0). Errors name the address or the TLS file.
+  // address has port 0). Errors name the address or the TLS file. Starts
+  // the HTTP front end too when http_listen is set.
   absl::StatusOr<int> start();
+  // The HTTP front end's bound port; 0 when it is off.
+  int http_port() const { return http_port_; }
   // Loads every model (see ModelRegistry::load_all); health follows.
   absl::Status load(kernels::ThreadPool* kernel_pool);
   // Drains and stops (see above). Returns true if every generation finished
@@ -71,8 +81,11 @@ class HearthServer {
   ServerOptions options_;
   ModelRegistry registry_;
   StepObserver* steps_;
+  RequestPath path_;  // shared by the front ends
   InferenceService service_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<HttpFrontEnd> http_;  // null when off
+  int http_port_ = 0;
 };
 
 }  // namespace hearth::server

@@ -108,6 +108,48 @@ export function portOf(address) {
   return m ? Number(m[1]) : NaN;
 }
 
+// The port of the OpenAI-compatible HTTP API. hearth-server serves it only
+// when given --http-listen (off by default), and the deployment files serve
+// it on this port.
+export const HTTP_PORT = 8080;
+
+// What the Dockerfile declares: EXPOSEd ports, the ENTRYPOINT and CMD (exec
+// form, JSON arrays) and the HEALTHCHECK command. `httpListen` is the last
+// --http-listen among the ENTRYPOINT's and CMD's arguments (the server takes
+// the last value of a repeated flag), or undefined.
+export function dockerfileFacts(sourceDir) {
+  const text = fs.readFileSync(path.join(sourceDir, "Dockerfile"), "utf8").replace(/\\\n/g, " ");
+  // The runtime stage: the last FROM onwards.
+  const stages = text.split(/^FROM\s/m);
+  const runtime = stages[stages.length - 1];
+  const jsonArray = (instruction) => {
+    const m = [...runtime.matchAll(new RegExp(`^${instruction}\\s+(\\[.*\\])\\s*$`, "gm"))].pop();
+    return m ? JSON.parse(m[1]) : undefined;
+  };
+  const expose = [...runtime.matchAll(/^EXPOSE\s+(.+)$/gm)].flatMap((m) => m[1].trim().split(/\s+/)).map((p) => Number(p.replace(/\/tcp$/, "")));
+  const entrypoint = jsonArray("ENTRYPOINT");
+  const cmd = jsonArray("CMD");
+  const health = runtime.match(/^HEALTHCHECK\s.*CMD\s+(\[.*\])\s*$/m);
+  return {
+    expose,
+    entrypoint,
+    cmd,
+    healthcheck: health ? JSON.parse(health[1]) : undefined,
+    httpListen: lastFlagValue([...(entrypoint ?? []).slice(1), ...(cmd ?? [])], "http-listen"),
+  };
+}
+
+// The last value of --NAME in an argument list ("--NAME v" or "--NAME=v").
+export function lastFlagValue(argv, name) {
+  let value;
+  for (let i = 0; i < argv.length; ++i) {
+    const a = String(argv[i]);
+    if (a === `--${name}`) value = argv[i + 1] === undefined ? undefined : String(argv[++i]);
+    else if (a.startsWith(`--${name}=`)) value = a.slice(name.length + 3);
+  }
+  return value;
+}
+
 // The metric family names server/metrics.cc registers (string literals).
 export function metricNamesFromSource(sourceDir) {
   const text = fs.readFileSync(path.join(sourceDir, "server/metrics.cc"), "utf8");
@@ -248,6 +290,8 @@ export function deploymentView(docs, facts) {
     last,
     grpcPort: portOf(last("listen") ?? facts.defaultListen),
     metricsPort: portOf(last("metrics-listen") ?? facts.defaultMetricsListen),
+    // NaN when the Deployment does not turn the HTTP API on (the server's default).
+    httpPort: portOf(last("http-listen") ?? ""),
     configMount,
   };
 }

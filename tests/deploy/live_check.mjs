@@ -13,6 +13,9 @@
 //     Dockerfile's HEALTHCHECK runs), for "" and for every model;
 //   * /metrics holds every metric the prometheus-adapter rule reads, for
 //     every configured model, as a gauge when the rule averages it over time;
+//   * when the Deployment gives --http-listen (the OpenAI-compatible HTTP
+//     API), the ready line names its address (http=HOST:PORT) and
+//     GET /health there answers 200 {"status":"ready"} without a token;
 //   * SIGTERM drains and exits 0 within the Deployment's grace period.
 import { spawn, spawnSync } from "node:child_process";
 import fs from "node:fs";
@@ -55,6 +58,9 @@ fs.writeFileSync(testConfig, configText.replace(/^(\s*path\s*=\s*).*$/gm, "$1bui
 
 // The Deployment's args with the pod-only values replaced.
 const replace = { config: testConfig, listen: "127.0.0.1:0", "metrics-listen": "127.0.0.1:0", "kernel-threads": "1" };
+// The HTTP API is off unless the Deployment turns it on: only then is it moved to loopback.
+const httpOn = view.flags["http-listen"] !== undefined;
+if (httpOn) replace["http-listen"] = "127.0.0.1:0";
 const serverArgs = [];
 for (const [flag, values] of Object.entries(view.flags))
   for (const v of values) {
@@ -94,15 +100,37 @@ try {
       let out = "";
       child.stdout.on("data", (d) => {
         out += d;
-        const m = out.match(/hearth-server ready grpc=(\S+) metrics=(\S+)/);
-        if (m) resolve({ grpc: m[1], metrics: m[2] });
+        // The whole line: "http=HOST:PORT" follows only when the HTTP API is on.
+        const m = out.match(/hearth-server ready grpc=(\S+) metrics=(\S+)(?: http=(\S+))?[ \t]*\r?\n/);
+        if (m) resolve({ grpc: m[1], metrics: m[2], http: m[3] });
       });
-      exited.then(({ code }) => reject(new Error(`hearth-server exited ${code} before ready${code === 2 ? " (it refused the Deployment's flags or the ConfigMap's config)" : ""}:\n${stderr}`)));
+      exited.then(({ code }) => {
+        const why =
+          code !== 2 ? "" :
+          /unknown flag --http-listen/.test(stderr) ? " (this hearth-server predates --http-listen, which the Deployment gives: rebuild it)" :
+          " (it refused the Deployment's flags or the ConfigMap's config)";
+        reject(new Error(`hearth-server exited ${code} before ready${why}:\n${stderr}`));
+      });
     }),
     180000,
     "hearth-server ready line");
   c.check(true);
-  console.log(`ready: grpc=${ready.grpc} metrics=${ready.metrics}`);
+  console.log(`ready: grpc=${ready.grpc} metrics=${ready.metrics}${ready.http ? ` http=${ready.http}` : ""}`);
+  c.check(!httpOn || ready.http, "the Deployment gives --http-listen, but the ready line has no http=HOST:PORT");
+  c.check(httpOn || !ready.http, `the ready line names http=${ready.http}, but the Deployment gives no --http-listen`);
+
+  // The HTTP API's health: what a plain HTTP probe would see (no token needed).
+  if (ready.http) {
+    const health = await get(`http://${ready.http}/health`);
+    let status;
+    try {
+      status = JSON.parse(health.body).status;
+    } catch {
+      status = undefined;
+    }
+    c.check(health.status === 200 && status === "ready",
+      `GET http://${ready.http}/health: HTTP ${health.status} ${health.body.trim()}, expected 200 {"status":"ready"}`);
+  }
 
   if (args.cli) {
     for (const service of ["", ...models.map((m) => m.name)]) {

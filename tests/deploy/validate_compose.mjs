@@ -16,11 +16,15 @@
 //    provisioned uid; the datasource URL is a compose service and a port it
 //    listens on; its timeInterval is Prometheus's scrape_interval.
 // 5. Prometheus scrapes a compose service on a port that service exposes.
+// 6. The hearth service publishes the ports the image serves: every port the
+//    Dockerfile EXPOSEs (gRPC, /metrics, HTTP API), and the port of the
+//    --http-listen its effective command line gives (the image's ENTRYPOINT
+//    and CMD unless the service overrides them), 8080.
 import { execFileSync } from "node:child_process";
 import fs from "node:fs";
 import path from "node:path";
 import YAML from "yaml";
-import { Checker, parseArgs } from "./lib.mjs";
+import { Checker, HTTP_PORT, dockerfileFacts, lastFlagValue, parseArgs, portOf } from "./lib.mjs";
 
 const args = parseArgs(process.argv.slice(2));
 const source = path.resolve(args["source-dir"]);
@@ -161,5 +165,22 @@ for (const job of prometheusYml.scrape_configs || [])
       c.check(host in services, `job ${job.job_name} scrapes ${t}: ${host} is not a compose service`);
       c.check(containerPorts(host).includes(Number(port)), `job ${job.job_name} scrapes ${t}: ${host} does not expose ${port}`);
     }
+
+// 6. The hearth service publishes the image's ports, the HTTP API's included.
+const hearth = services.hearth;
+if (c.check(hearth, "no compose service named hearth")) {
+  const image = dockerfileFacts(source);
+  const published = containerPorts("hearth");
+  for (const port of image.expose)
+    c.check(published.includes(port), `service hearth does not publish port ${port}, which the Dockerfile EXPOSEs (ports: ${published})`);
+  // Docker's rules: an entrypoint override drops the image's CMD.
+  const asList = (v) => (v === undefined ? undefined : Array.isArray(v) ? v.map(String) : String(v).split(/\s+/).filter(Boolean));
+  const entrypoint = asList(hearth.entrypoint) ?? image.entrypoint ?? [];
+  const command = asList(hearth.command) ?? (hearth.entrypoint === undefined ? image.cmd ?? [] : []);
+  const httpListen = lastFlagValue([...entrypoint.slice(1), ...command], "http-listen");
+  c.check(portOf(httpListen) === HTTP_PORT,
+    `service hearth serves the HTTP API on ${httpListen ?? "nothing (no --http-listen in its entrypoint/command)"}, expected port ${HTTP_PORT}`);
+  c.check(published.includes(portOf(httpListen)), `service hearth does not publish the HTTP API port ${portOf(httpListen)} (ports: ${published})`);
+}
 
 c.report();

@@ -8,26 +8,32 @@
 // 2. The manifests agree with hearth-server (its sources are the reference):
 //    container args are flags the server accepts, probe / Service / scrape
 //    ports are the ones it listens on (--listen / --metrics-listen, or their
-//    defaults 50051 / 9464), the termination grace period covers preStop +
+//    defaults 50051 / 9464; --http-listen 8080 for the HTTP API, whose
+//    containerPort `http` a ClusterIP Service targets; the probes stay
+//    native gRPC), the termination grace period covers preStop +
 //    --grace-period-s + the server's final-status deadline, --config points
 //    at the mounted ConfigMap key and that file is a valid model config,
 //    --kernel-threads matches the CPU limit.
 // 3. Every metric name the prometheus-adapter rule reads exists in
 //    server/metrics.cc, and the HPA asks for metrics that rule exposes.
-// 4. The Dockerfile's EXPOSE and HEALTHCHECK use the same ports.
+// 4. The Dockerfile's EXPOSE and HEALTHCHECK use the same ports, and its
+//    ENTRYPOINT/CMD turn the HTTP API on at the EXPOSEd port 8080.
 import fs from "node:fs";
 import path from "node:path";
 import { fileURLToPath } from "node:url";
 import YAML from "yaml";
 import {
   Checker,
+  HTTP_PORT,
   deploymentView,
+  dockerfileFacts,
   find,
   loadManifests,
   metricNamesFromSource,
   metricNamesInQuery,
   parseArgs,
   parseModelConfig,
+  parseServerArgs,
   portOf,
   serverFacts,
 } from "./lib.mjs";
@@ -102,11 +108,17 @@ const { dep, pod, container } = view;
 for (const e of view.argErrors) c.fail(`Deployment args: ${e} (hearth-server would exit 2)`);
 c.check(view.grpcPort === 50051, `the Deployment serves gRPC on ${view.grpcPort}, expected 50051`);
 c.check(view.metricsPort === 9464, `the Deployment serves metrics on ${view.metricsPort}, expected 9464`);
+c.check(facts.valueFlags.has("http-listen"), "server/main.cc's usage text (--help) does not list --http-listen ADDR");
+c.check(view.httpPort === HTTP_PORT,
+  `the Deployment serves the HTTP API on ${view.flags["http-listen"] ? view.httpPort : "nothing (no --http-listen)"}, expected --http-listen 0.0.0.0:${HTTP_PORT}`);
+c.check(new Set([view.grpcPort, view.metricsPort, view.httpPort]).size === 3,
+  `gRPC ${view.grpcPort}, metrics ${view.metricsPort} and HTTP ${view.httpPort} ports are not distinct`);
 
 // Named container ports and what they resolve to.
 const containerPort = (p) => (typeof p === "number" ? p : container.ports?.find((x) => x.name === p)?.containerPort);
 c.check(containerPort("grpc") === view.grpcPort, `container port 'grpc' is ${containerPort("grpc")}, the server listens on ${view.grpcPort}`);
 c.check(containerPort("metrics") === view.metricsPort, `container port 'metrics' is ${containerPort("metrics")}, the server serves /metrics on ${view.metricsPort}`);
+c.check(containerPort("http") === view.httpPort, `container port 'http' is ${containerPort("http")}, the server serves the HTTP API on ${view.httpPort}`);
 
 for (const probeName of ["startupProbe", "readinessProbe", "livenessProbe"]) {
   const probe = container[probeName];
@@ -176,6 +188,17 @@ if (c.check(grpcSvc, "no Service with a port named grpc")) {
   const p = grpcSvc.spec.ports.find((x) => x.name === "grpc");
   c.check(containerPort(p.targetPort ?? p.port) === view.grpcPort, `Service ${grpcSvc.metadata.name} targets ${p.targetPort}, not the gRPC port ${view.grpcPort}`);
 }
+const httpSvc = services.find((s) => s.spec?.ports?.some((p) => p.name === "http"));
+if (c.check(httpSvc, "no Service with a port named http")) {
+  // HTTP/1.1 clients spread concurrent requests over connections, which a
+  // ClusterIP Service balances; a headless name would pin many of them to
+  // its first address.
+  c.check(httpSvc.spec.clusterIP !== "None", `Service ${httpSvc.metadata.name} (HTTP API) is headless; expected a ClusterIP Service`);
+  c.check(selects(httpSvc.spec.selector), `Service ${httpSvc.metadata.name} does not select the hearth pods`);
+  const p = httpSvc.spec.ports.find((x) => x.name === "http");
+  c.check(p.port === HTTP_PORT, `Service ${httpSvc.metadata.name} port http is ${p.port}, expected ${HTTP_PORT}`);
+  c.check(containerPort(p.targetPort ?? p.port) === view.httpPort, `Service ${httpSvc.metadata.name} targets ${p.targetPort}, not the HTTP API port ${view.httpPort}`);
+}
 const metricsSvc = services.find((s) => s.spec?.ports?.some((p) => p.name === "metrics"));
 if (c.check(metricsSvc, "no Service with a port named metrics")) {
   c.check(selects(metricsSvc.spec.selector), `Service ${metricsSvc.metadata.name} does not select the hearth pods`);
@@ -232,13 +255,19 @@ if (c.check(hpa, "no HorizontalPodAutoscaler")) {
 }
 
 // ---- 4. Dockerfile -------------------------------------------------------
-const dockerfile = fs.readFileSync(path.join(sourceDir, "Dockerfile"), "utf8").replace(/\\\n/g, " ");
-const expose = dockerfile.match(/^EXPOSE\s+(.+)$/m)?.[1].split(/\s+/).map(Number) ?? [];
+const dockerfile = dockerfileFacts(sourceDir);
+const expose = dockerfile.expose;
 c.check(expose.includes(portOf(facts.defaultListen)) && expose.includes(portOf(facts.defaultMetricsListen)),
   `Dockerfile EXPOSE ${expose} lacks the server's default ports`);
-const health = dockerfile.match(/^HEALTHCHECK\s.*CMD\s+(\[.*\])\s*$/m);
-if (c.check(health, "Dockerfile has no HEALTHCHECK CMD [...]")) {
-  const cmd = JSON.parse(health[1]);
+c.check(dockerfile.entrypoint?.[0] === "hearth-server", `Dockerfile ENTRYPOINT ${JSON.stringify(dockerfile.entrypoint)} does not run hearth-server`);
+const imageArgs = parseServerArgs([...(dockerfile.entrypoint ?? []).slice(1), ...(dockerfile.cmd ?? [])], facts);
+for (const e of imageArgs.errors) c.fail(`Dockerfile ENTRYPOINT/CMD: ${e} (hearth-server would exit 2)`);
+c.check(portOf(dockerfile.httpListen) === HTTP_PORT,
+  `the image serves the HTTP API on ${dockerfile.httpListen ?? "nothing (no --http-listen in ENTRYPOINT/CMD)"}, expected port ${HTTP_PORT}`);
+c.check(expose.includes(portOf(dockerfile.httpListen)), `Dockerfile EXPOSE ${expose} lacks the HTTP API port of --http-listen ${dockerfile.httpListen}`);
+c.check(portOf(dockerfile.httpListen) === view.httpPort, `the image serves HTTP on ${dockerfile.httpListen}, the Deployment on port ${view.httpPort}`);
+if (c.check(dockerfile.healthcheck, "Dockerfile has no HEALTHCHECK CMD [...]")) {
+  const cmd = dockerfile.healthcheck;
   c.check(cmd[0] === "hearth" && cmd.includes("health"), `HEALTHCHECK does not run 'hearth health': ${cmd}`);
   const server = cmd[cmd.indexOf("--server") + 1];
   c.check(portOf(server) === portOf(facts.defaultListen), `HEALTHCHECK checks ${server}, the server's default port is ${portOf(facts.defaultListen)}`);

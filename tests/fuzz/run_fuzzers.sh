@@ -20,7 +20,7 @@ say() { printf '\033[1m[fuzz]\033[0m %s\n' "$*"; }
 say "building the fuzz targets in build/asan (clang-14)"
 cmake --preset asan -G Ninja >/dev/null
 cmake --build build/asan --target gguf_fuzz tokenizer_fuzz request_validation_fuzz chat_template_fuzz \
-  grammar_fuzz
+  grammar_fuzz openai_request_fuzz
 
 mkdir -p build/asan/fuzz/artifacts build/asan/fuzz/summary
 rm -f build/asan/fuzz/summary/*
@@ -86,6 +86,7 @@ fi
 run request-validation request_validation_fuzz tests/fuzz/corpus/request
 run chat-template chat_template_fuzz tests/fuzz/corpus/chat_template
 run grammar grammar_fuzz tests/fuzz/corpus/grammar
+run openai-request openai_request_fuzz tests/fuzz/corpus/openai_request
 finish
 
 if [ "$failed" -ne 0 ]; then

@@ -225,6 +225,7 @@ bool ServerProcess::start(const std::string& binary, const std::vector<std::stri
         const std::string word = line.substr(pos, end - pos);
         if (word.rfind("grpc=", 0) == 0) grpc_address_ = word.substr(5);
         if (word.rfind("metrics=", 0) == 0) metrics_address_ = word.substr(8);
+        if (word.rfind("http=", 0) == 0) http_address_ = word.substr(5);
         pos = end + 1;
       }
       grpc_port_ = port_of(grpc_address_);
@@ -247,8 +248,8 @@ bool ServerProcess::start(const std::string& binary, const std::vector<std::stri
       ::kill(pid_, SIGKILL);
       killed_ = true;
       reap(/*block=*/true);
-      error_ = "no ready line within " + std::to_string(timeout.count()) + " ms (killed)\n" +
-               describe();
+      error_ =
+          "no ready line within " + std::to_string(timeout.count()) + " ms (killed)\n" + describe();
       return false;
     }
     pollfd p{stdout_fd_, POLLIN, 0};
@@ -340,8 +341,9 @@ std::string ServerProcess::stderr_text() const {
 std::string ServerProcess::sanitizer_report() const {
   const std::string err = stderr_text();
   std::size_t at = std::string::npos;
-  for (const char* marker : {"WARNING: ThreadSanitizer", "ERROR: AddressSanitizer",
-                             "ERROR: LeakSanitizer", "ERROR: ThreadSanitizer", ": runtime error: "}) {
+  for (const char* marker :
+       {"WARNING: ThreadSanitizer", "ERROR: AddressSanitizer", "ERROR: LeakSanitizer",
+        "ERROR: ThreadSanitizer", ": runtime error: "}) {
     const std::size_t pos = err.find(marker);
     if (pos != std::string::npos) at = std::min(at, pos);
   }

@@ -76,6 +76,8 @@ class ServerProcess {
   // "HOST:PORT" from metrics=..., or "off"; its port (0 when off).
   const std::string& metrics_address() const { return metrics_address_; }
   int metrics_port() const { return metrics_port_; }
+  // "HOST:PORT" from http=... (the OpenAI HTTP API), or "" when it is off.
+  const std::string& http_address() const { return http_address_; }
 
   // Sends `sig` to the child. False if it has already been reaped.
   bool signal(int sig);
@@ -101,7 +103,7 @@ class ServerProcess {
   bool reap(bool block);
 
   std::string command_;
-  std::string dir_;          // temporary directory holding stderr
+  std::string dir_;  // temporary directory holding stderr
   std::string stderr_path_;
   pid_t pid_ = -1;
   int stdout_fd_ = -1;
@@ -113,7 +115,7 @@ class ServerProcess {
   std::string stdout_;
   std::string error_;
   std::string ready_line_;
-  std::string grpc_address_, metrics_address_;
+  std::string grpc_address_, metrics_address_, http_address_;
   int grpc_port_ = 0, metrics_port_ = 0;
 };
 

@@ -1,0 +1,553 @@
+#include "server/openai_api.h"
+
+#include <algorithm>
+#include <cctype>
+#include <limits>
+#include <optional>
+
+#include "base/status_macros.h"
+#include "base/str_cat.h"
+#include "engine/unicode.h"
+#include "hearth/v1/inference.pb.h"
+#include "nlohmann/json.hpp"
+#include "server/response_format.h"
+
+namespace hearth::server::openai {
+namespace {
+
+using Json = nlohmann::ordered_json;
+
+absl::Status invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
+
+// JSON text of `value`; invalid UTF-8 (never expected: every text is
+// checked or sanitized) is replaced rather than thrown on.
+std::string dump(const Json& value) {
+  return value.dump(-1, ' ', false, Json::error_handler_t::replace);
+}
+
+// The field's value, or nullopt when absent or null (OpenAI's clients send
+// null for "not given").
+const Json* field(const Json& body, const char* name) {
+  const auto it = body.find(name);
+  return it == body.end() || it->is_null() ? nullptr : &*it;
+}
+
+absl::StatusOr<std::optional<double>> number(const Json& body, const char* name) {
+  const Json* v = field(body, name);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_number()) return invalid(str_cat(name, ": must be a number"));
+  return v->get<double>();
+}
+
+absl::StatusOr<std::optional<std::int64_t>> integer(const Json& body, const char* name) {
+  const Json* v = field(body, name);
+  if (v == nullptr) return std::nullopt;
+  if (v->is_number_integer()) return v->get<std::int64_t>();
+  if (v->is_number_unsigned())
+    return invalid(str_cat(name, ": ", v->get<std::uint64_t>(), " is too large"));
+  return invalid(str_cat(name, ": must be an integer"));
+}
+
+absl::StatusOr<std::optional<bool>> boolean(const Json& body, const char* name) {
+  const Json* v = field(body, name);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_boolean()) return invalid(str_cat(name, ": must be true or false"));
+  return v->get<bool>();
+}
+
+absl::StatusOr<std::optional<std::string>> string(const Json& body, const char* name) {
+  const Json* v = field(body, name);
+  if (v == nullptr) return std::nullopt;
+  if (!v->is_string()) return invalid(str_cat(name, ": must be a string"));
+  return v->get<std::string>();
+}
+
+// A float field into `out` (unchanged when absent); the range checks are
+// the request path's (engine::validate_sampling).
+absl::Status read_float(const Json& body, const char* name, float& out) {
+  HEARTH_ASSIGN_OR_RETURN(std::optional<double> v, number(body, name));
+  if (v) out = static_cast<float>(*v);
+  return absl::OkStatus();
+}
+
+absl::Status read_stop(const Json& body, std::vector<std::string>& out) {
+  const Json* v = field(body, "stop");
+  if (v == nullptr) return absl::OkStatus();
+  if (v->is_string()) {
+    out.push_back(v->get<std::string>());
+    return absl::OkStatus();
+  }
+  if (!v->is_array()) return invalid("stop: must be a string or an array of strings");
+  for (std::size_t i = 0; i < v->size(); ++i) {
+    if (!(*v)[i].is_string()) return invalid(str_cat("stop[", i, "]: must be a string"));
+    out.push_back((*v)[i].get<std::string>());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status read_response_format(const Json& body, engine::GenerationRequest& out) {
+  const Json* v = field(body, "response_format");
+  if (v == nullptr) return absl::OkStatus();
+  if (!v->is_object()) return invalid("response_format: must be an object");
+  HEARTH_ASSIGN_OR_RETURN(std::optional<std::string> type, string(*v, "type"));
+  if (!type) return invalid("response_format.type: missing (text, json_object or json_schema)");
+  hearth::v1::ResponseFormat format;
+  if (*type == "json_object") {
+    format.set_any_json(true);
+  } else if (*type == "json_schema") {
+    const Json* spec = field(*v, "json_schema");
+    if (spec == nullptr || !spec->is_object())
+      return invalid("response_format.json_schema: must be an object with a schema");
+    const Json* schema = field(*spec, "schema");
+    if (schema == nullptr) return invalid("response_format.json_schema.schema: missing");
+    format.set_json_schema(dump(*schema));
+  } else if (*type != "text") {
+    return invalid(
+        str_cat("response_format.type: '", *type, "' is not text, json_object or json_schema"));
+  }
+  HEARTH_ASSIGN_OR_RETURN(out.grammar, compile_response_format(format));
+  return absl::OkStatus();
+}
+
+// Fields OpenAI defines that hearth cannot honour: refused rather than
+// silently ignored.
+absl::Status refuse_unsupported(const Json& body) {
+  HEARTH_ASSIGN_OR_RETURN(std::optional<std::int64_t> n, integer(body, "n"));
+  if (n && *n != 1) return invalid(str_cat("n: ", *n, " is not supported (only 1)"));
+  HEARTH_ASSIGN_OR_RETURN(std::optional<std::int64_t> best_of, integer(body, "best_of"));
+  if (best_of && *best_of != 1)
+    return invalid(str_cat("best_of: ", *best_of, " is not supported (only 1)"));
+  HEARTH_ASSIGN_OR_RETURN(std::optional<bool> echo, boolean(body, "echo"));
+  if (echo.value_or(false)) return invalid("echo: true is not supported");
+  if (const Json* suffix = field(body, "suffix");
+      suffix != nullptr && !suffix->empty() &&
+      !(suffix->is_string() && suffix->get<std::string>().empty()))
+    return invalid("suffix: not supported");
+  if (const Json* bias = field(body, "logit_bias"); bias != nullptr && !bias->empty())
+    return invalid("logit_bias: not supported");
+  return absl::OkStatus();
+}
+
+// What completions and chat share: sampling, stop, limits, streaming.
+absl::Status read_common(const Json& body, std::size_t max_tokens_limit,
+                         std::size_t default_max_tokens, std::uint64_t default_seed, Request& out,
+                         engine::GenerationRequest& r, bool& reuse_prefix) {
+  HEARTH_RETURN_IF_ERROR(refuse_unsupported(body));
+  const char* max_name =
+      out.endpoint == Endpoint::kChatCompletions && field(body, "max_completion_tokens") != nullptr
+          ? "max_completion_tokens"
+          : "max_tokens";
+  HEARTH_ASSIGN_OR_RETURN(std::optional<std::int64_t> max_tokens, integer(body, max_name));
+  if (max_tokens && (*max_tokens < 1 || static_cast<std::uint64_t>(*max_tokens) > max_tokens_limit))
+    return invalid(str_cat(max_name, ": ", *max_tokens, " is out of range: allowed [1, ",
+                           max_tokens_limit, "]"));
+  r.max_tokens = max_tokens ? static_cast<std::size_t>(*max_tokens) : default_max_tokens;
+
+  engine::SamplingParams& s = r.sampling;
+  s.temperature = 1.0f;  // OpenAI's default
+  HEARTH_RETURN_IF_ERROR(read_float(body, "temperature", s.temperature));
+  HEARTH_RETURN_IF_ERROR(read_float(body, "top_p", s.top_p));
+  HEARTH_RETURN_IF_ERROR(read_float(body, "min_p", s.min_p));
+  HEARTH_RETURN_IF_ERROR(read_float(body, "presence_penalty", s.presence_penalty));
+  HEARTH_RETURN_IF_ERROR(read_float(body, "frequency_penalty", s.frequency_penalty));
+  HEARTH_RETURN_IF_ERROR(read_float(body, "repetition_penalty", s.repetition_penalty));
+  HEARTH_ASSIGN_OR_RETURN(std::optional<std::int64_t> top_k, integer(body, "top_k"));
+  if (top_k) {
+    if (*top_k < 0 || *top_k > std::numeric_limits<std::int32_t>::max())
+      return invalid(str_cat("top_k: ", *top_k, " is out of range: allowed [0, vocabulary]"));
+    s.top_k = static_cast<std::int32_t>(*top_k);
+  }
+  HEARTH_ASSIGN_OR_RETURN(std::optional<std::int64_t> seed, integer(body, "seed"));
+  s.seed = seed ? static_cast<std::uint64_t>(*seed) : default_seed;
+
+  HEARTH_RETURN_IF_ERROR(read_stop(body, r.stop));
+  HEARTH_ASSIGN_OR_RETURN(std::optional<bool> ignore_eos, boolean(body, "ignore_eos"));
+  r.ignore_eos = ignore_eos.value_or(false);
+  HEARTH_ASSIGN_OR_RETURN(std::optional<bool> cache_prompt, boolean(body, "cache_prompt"));
+  reuse_prefix = cache_prompt.value_or(true);
+  HEARTH_RETURN_IF_ERROR(read_response_format(body, r));
+
+  HEARTH_ASSIGN_OR_RETURN(std::optional<bool> stream, boolean(body, "stream"));
+  out.stream = stream.value_or(false);
+  if (const Json* options = field(body, "stream_options"); options != nullptr) {
+    if (!options->is_object()) return invalid("stream_options: must be an object");
+    HEARTH_ASSIGN_OR_RETURN(std::optional<bool> usage, boolean(*options, "include_usage"));
+    if (usage) {
+      if (!out.stream) return invalid("stream_options.include_usage: only with stream: true");
+      out.include_usage = *usage;
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::Status read_model(const Json& body, std::string& out) {
+  HEARTH_ASSIGN_OR_RETURN(std::optional<std::string> model, string(body, "model"));
+  if (!model || model->empty()) return invalid("model: missing (GET /v1/models lists them)");
+  out = std::move(*model);
+  return absl::OkStatus();
+}
+
+absl::Status read_completion(const Json& body, std::size_t max_tokens_limit,
+                             std::uint64_t default_seed, Request& out) {
+  GenerateCall& call = out.generate;
+  call.method = out.stream ? "Generate" : "Complete";
+  HEARTH_RETURN_IF_ERROR(read_model(body, call.model));
+  const Json* prompt = field(body, "prompt");
+  if (prompt == nullptr) return invalid("prompt: missing");
+  if (prompt->is_array() && prompt->size() == 1) prompt = &(*prompt)[0];
+  if (prompt->is_array())
+    return invalid(str_cat("prompt: an array of ", prompt->size(),
+                           " prompts is not supported (send one string)"));
+  if (!prompt->is_string()) return invalid("prompt: must be a string");
+  call.request.prompt = prompt->get<std::string>();
+
+  constexpr std::size_t kCompletionDefaultMaxTokens = 16;  // OpenAI's
+  HEARTH_RETURN_IF_ERROR(read_common(body, max_tokens_limit,
+                                     std::min(kCompletionDefaultMaxTokens, max_tokens_limit),
+                                     default_seed, out, call.request, call.reuse_prefix));
+  call.method = out.stream ? "Generate" : "Complete";
+  HEARTH_ASSIGN_OR_RETURN(std::optional<std::int64_t> logprobs, integer(body, "logprobs"));
+  if (logprobs) {
+    if (*logprobs < 0 || *logprobs > static_cast<std::int64_t>(engine::kMaxTopLogprobs))
+      return invalid(str_cat("logprobs: ", *logprobs, " is out of range: allowed [0, ",
+                             engine::kMaxTopLogprobs, "]"));
+    call.request.logprobs = true;
+    call.request.top_logprobs = static_cast<std::size_t>(*logprobs);
+  }
+  return absl::OkStatus();
+}
+
+// A message's content as the template sees it: a string (text parts are
+// joined).
+absl::StatusOr<std::string> message_content(const Json& message, const std::string& name) {
+  const Json* content = field(message, "content");
+  if (content == nullptr) return std::string();
+  if (content->is_string()) return content->get<std::string>();
+  if (!content->is_array())
+    return invalid(str_cat(name, ".content: must be a string or an array of parts"));
+  std::string text;
+  for (std::size_t j = 0; j < content->size(); ++j) {
+    const Json& part = (*content)[j];
+    const std::string part_name = str_cat(name, ".content[", j, "]");
+    if (!part.is_object()) return invalid(str_cat(part_name, ": must be an object"));
+    HEARTH_ASSIGN_OR_RETURN(std::optional<std::string> type, string(part, "type"));
+    if (type.value_or("") != "text")
+      return invalid(
+          str_cat(part_name, ".type: '", type.value_or(""), "' is not supported (only text)"));
+    HEARTH_ASSIGN_OR_RETURN(std::optional<std::string> part_text, string(part, "text"));
+    if (!part_text) return invalid(str_cat(part_name, ".text: missing"));
+    text += *part_text;
+  }
+  return text;
+}
+
+absl::StatusOr<Json> template_message(const Json& message, std::size_t i) {
+  const std::string name = str_cat("messages[", i, "]");
+  if (!message.is_object()) return invalid(str_cat(name, ": must be an object"));
+  HEARTH_ASSIGN_OR_RETURN(std::optional<std::string> role, string(message, "role"));
+  if (!role || role->empty()) return invalid(str_cat(name, ".role: must not be empty"));
+  HEARTH_ASSIGN_OR_RETURN(std::string content, message_content(message, name));
+  Json out = {{"role", *role}, {"content", std::move(content)}};
+  HEARTH_ASSIGN_OR_RETURN(std::optional<std::string> speaker, string(message, "name"));
+  if (speaker) out["name"] = *speaker;
+  HEARTH_ASSIGN_OR_RETURN(std::optional<std::string> call_id, string(message, "tool_call_id"));
+  if (call_id) out["tool_call_id"] = *call_id;
+  if (const Json* calls = field(message, "tool_calls"); calls != nullptr) {
+    if (!calls->is_array()) return invalid(str_cat(name, ".tool_calls: must be an array"));
+    out["tool_calls"] = *calls;
+  }
+  return out;
+}
+
+absl::Status read_chat(const Json& body, std::size_t max_tokens_limit, std::uint64_t default_seed,
+                       Request& out) {
+  ChatCall& call = out.chat;
+  HEARTH_RETURN_IF_ERROR(read_model(body, call.model));
+  const Json* messages = field(body, "messages");
+  if (messages == nullptr || !messages->is_array() || messages->empty())
+    return invalid("messages: must be a non-empty array");
+  chat::ChatContext& c = call.conversation;
+  c.messages = Json::array();
+  for (std::size_t i = 0; i < messages->size(); ++i) {
+    HEARTH_ASSIGN_OR_RETURN(Json m, template_message((*messages)[i], i));
+    c.messages.push_back(std::move(m));
+  }
+  HEARTH_ASSIGN_OR_RETURN(std::optional<bool> generation_prompt,
+                          boolean(body, "add_generation_prompt"));
+  c.add_generation_prompt = generation_prompt.value_or(true);
+  if (const Json* tools = field(body, "tools"); tools != nullptr) {
+    if (!tools->is_array()) return invalid("tools: must be an array");
+    c.tools = *tools;
+  }
+  if (const Json* kwargs = field(body, "chat_template_kwargs"); kwargs != nullptr) {
+    if (!kwargs->is_object()) return invalid("chat_template_kwargs: must be an object");
+    c.extra = *kwargs;
+  }
+
+  HEARTH_RETURN_IF_ERROR(read_common(body, max_tokens_limit, max_tokens_limit, default_seed, out,
+                                     call.request, call.reuse_prefix));
+  call.method = out.stream ? "Chat" : "ChatComplete";
+  HEARTH_ASSIGN_OR_RETURN(std::optional<bool> logprobs, boolean(body, "logprobs"));
+  call.request.logprobs = logprobs.value_or(false);
+  HEARTH_ASSIGN_OR_RETURN(std::optional<std::int64_t> top, integer(body, "top_logprobs"));
+  if (top) {
+    if (*top < 0 || *top > static_cast<std::int64_t>(engine::kMaxTopLogprobs))
+      return invalid(str_cat("top_logprobs: ", *top, " is out of range: allowed [0, ",
+                             engine::kMaxTopLogprobs, "]"));
+    call.request.top_logprobs = static_cast<std::size_t>(*top);
+  }
+  return absl::OkStatus();
+}
+
+const char* finish_reason(engine::FinishReason r) {
+  switch (r) {
+    case engine::FinishReason::kEos:
+    case engine::FinishReason::kStopString:
+      return "stop";
+    case engine::FinishReason::kMaxTokens:
+    case engine::FinishReason::kContextLimit:
+      return "length";
+    case engine::FinishReason::kCancelled:
+      break;
+  }
+  return "stop";
+}
+
+Json byte_values(std::string_view raw) {
+  Json bytes = Json::array();
+  for (char c : raw) bytes.push_back(static_cast<unsigned char>(c));
+  return bytes;
+}
+
+// One token in chat's logprobs format: token, logprob, bytes, top_logprobs.
+Json chat_logprob(const engine::TokenLogprob& t, const engine::Tokenizer& tokenizer,
+                  const engine::TokenLogprobs* with_top) {
+  const std::string raw = tokenizer.token_text(t.id);
+  Json out = {
+      {"token", engine::sanitize_utf8(raw)}, {"logprob", t.logprob}, {"bytes", byte_values(raw)}};
+  if (with_top != nullptr) {
+    Json top = Json::array();
+    for (const engine::TokenLogprob& alt : with_top->alternatives())
+      top.push_back(chat_logprob(alt, tokenizer, nullptr));
+    out["top_logprobs"] = std::move(top);
+  }
+  return out;
+}
+
+// Completions' logprobs of one token, as parallel arrays of length one.
+Json completion_logprobs(const PieceLogprobs& lp, std::size_t text_offset) {
+  Json top = Json::object();
+  for (const engine::TokenLogprob& alt : lp.values.alternatives())
+    top[engine::sanitize_utf8(lp.tokenizer.token_text(alt.id))] = alt.logprob;
+  return {{"tokens", {engine::sanitize_utf8(lp.tokenizer.token_text(lp.values.chosen.id))}},
+          {"token_logprobs", {lp.values.chosen.logprob}},
+          {"top_logprobs", {std::move(top)}},
+          {"text_offset", {text_offset}}};
+}
+
+Json head_json(const ResponseHead& head, bool chunk) {
+  const bool chat = head.endpoint == Endpoint::kChatCompletions;
+  return {
+      {"id", head.id},
+      {"object", chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion"},
+      {"created", head.created},
+      {"model", head.model}};
+}
+
+Json usage_json(const GenerateOutcome& o) {
+  const std::size_t prompt = o.prompt_ids.size();
+  return {{"prompt_tokens", prompt},
+          {"completion_tokens", o.generated_tokens},
+          {"total_tokens", prompt + o.generated_tokens},
+          {"prompt_tokens_details", {{"cached_tokens", o.cached_tokens}}}};
+}
+
+std::string event(const Json& value) { return str_cat("data: ", dump(value), "\n\n"); }
+
+// The field an error message names: its text up to the first ':', ' ' or
+// '=' when that looks like a field path ("messages[2].role").
+std::string named_field(std::string_view message) {
+  const std::size_t end = message.find_first_of(": =");
+  if (end == std::string_view::npos || end == 0 || message.substr(end).starts_with(" body"))
+    return "";
+  const std::string_view name = message.substr(0, end);
+  for (char c : name)
+    if (!(std::isalnum(static_cast<unsigned char>(c)) || c == '_' || c == '-' || c == '.' ||
+          c == '[' || c == ']'))
+      return "";
+  return std::string(name);
+}
+
+}  // namespace
+
+absl::StatusOr<Request> parse_request(Endpoint endpoint, std::string_view body,
+                                      std::size_t max_tokens_limit, std::uint64_t default_seed) {
+  if (const std::size_t bad = engine::first_invalid_utf8(body); bad < body.size())
+    return invalid(str_cat("request body: not valid UTF-8 (byte ", bad, ")"));
+  Json json = Json::parse(body, nullptr, false);
+  if (json.is_discarded()) {
+    // Parse again to learn where and why (the non-throwing parse says neither).
+    try {
+      const Json again = Json::parse(body);
+    } catch (const Json::parse_error& e) {
+      return invalid(str_cat("request body: not valid JSON (byte ", e.byte, ")"));
+    }
+    return invalid("request body: not valid JSON");
+  }
+  if (!json.is_object()) return invalid("request body: must be a JSON object");
+  Request out;
+  out.endpoint = endpoint;
+  if (endpoint == Endpoint::kCompletions)
+    HEARTH_RETURN_IF_ERROR(read_completion(json, max_tokens_limit, default_seed, out));
+  else
+    HEARTH_RETURN_IF_ERROR(read_chat(json, max_tokens_limit, default_seed, out));
+  return out;
+}
+
+void ResponseBuilder::add_piece(std::string_view text, std::int32_t token,
+                                const PieceLogprobs* logprobs) {
+  if (logprobs != nullptr && token >= 0) {
+    Json entry = head_.endpoint == Endpoint::kChatCompletions
+                     ? chat_logprob(logprobs->values.chosen, logprobs->tokenizer, &logprobs->values)
+                     : completion_logprobs(*logprobs, text_.size());
+    logprobs_.push_back(std::move(entry));
+  }
+  text_.append(text);
+}
+
+std::string ResponseBuilder::finish(const GenerateOutcome& outcome) const {
+  Json out = head_json(head_, false);
+  Json choice = {{"index", 0}};
+  Json logprobs = nullptr;
+  if (!logprobs_.empty()) {
+    const Json& entries = logprobs_;
+    if (head_.endpoint == Endpoint::kChatCompletions) {
+      logprobs = {{"content", entries}};
+    } else {
+      logprobs = {{"tokens", Json::array()},
+                  {"token_logprobs", Json::array()},
+                  {"top_logprobs", Json::array()},
+                  {"text_offset", Json::array()}};
+      for (const Json& e : entries)
+        for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+          logprobs[key].push_back(e[key][0]);
+    }
+  }
+  if (head_.endpoint == Endpoint::kChatCompletions) {
+    choice["message"] = {{"role", "assistant"}, {"content", text_}};
+  } else {
+    choice["text"] = text_;
+  }
+  choice["logprobs"] = std::move(logprobs);
+  choice["finish_reason"] = finish_reason(outcome.finish);
+  out["choices"] = Json::array({std::move(choice)});
+  out["usage"] = usage_json(outcome);
+  return dump(out);
+}
+
+std::string role_event(const ResponseHead& head) {
+  Json out = head_json(head, true);
+  out["choices"] = Json::array({{{"index", 0},
+                                 {"delta", {{"role", "assistant"}, {"content", ""}}},
+                                 {"logprobs", nullptr},
+                                 {"finish_reason", nullptr}}});
+  return event(out);
+}
+
+std::string piece_event(const ResponseHead& head, std::string_view text,
+                        const PieceLogprobs* logprobs) {
+  if (logprobs == nullptr && text.empty()) return "";
+  Json out = head_json(head, true);
+  Json choice = {{"index", 0}};
+  Json lp = nullptr;
+  if (head.endpoint == Endpoint::kChatCompletions) {
+    choice["delta"] = {{"content", text}};
+    if (logprobs != nullptr)
+      lp = {{"content", Json::array({chat_logprob(logprobs->values.chosen, logprobs->tokenizer,
+                                                  &logprobs->values)})}};
+  } else {
+    choice["text"] = text;
+    if (logprobs != nullptr) lp = completion_logprobs(*logprobs, 0);
+  }
+  choice["logprobs"] = std::move(lp);
+  choice["finish_reason"] = nullptr;
+  out["choices"] = Json::array({std::move(choice)});
+  return event(out);
+}
+
+std::string finish_event(const ResponseHead& head, const GenerateOutcome& outcome) {
+  Json out = head_json(head, true);
+  Json choice = {{"index", 0}};
+  if (head.endpoint == Endpoint::kChatCompletions)
+    choice["delta"] = Json::object();
+  else
+    choice["text"] = "";
+  choice["logprobs"] = nullptr;
+  choice["finish_reason"] = finish_reason(outcome.finish);
+  out["choices"] = Json::array({std::move(choice)});
+  return event(out);
+}
+
+std::string usage_event(const ResponseHead& head, const GenerateOutcome& outcome) {
+  Json out = head_json(head, true);
+  out["choices"] = Json::array();
+  out["usage"] = usage_json(outcome);
+  return event(out);
+}
+
+std::string error_event(const absl::Status& status) {
+  return str_cat("data: ", error_body(status, false), "\n\n");
+}
+
+int http_status(const absl::Status& status, bool draining) {
+  switch (status.code()) {
+    case absl::StatusCode::kOk:
+      return 200;
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kFailedPrecondition:
+    case absl::StatusCode::kOutOfRange:
+      return 400;
+    case absl::StatusCode::kUnauthenticated:
+      return 401;
+    case absl::StatusCode::kPermissionDenied:
+      return 403;
+    case absl::StatusCode::kNotFound:
+      return 404;
+    case absl::StatusCode::kResourceExhausted:
+      return 429;
+    case absl::StatusCode::kUnavailable:
+      return draining ? 503 : 429;
+    case absl::StatusCode::kDeadlineExceeded:
+      return 504;
+    case absl::StatusCode::kCancelled:
+      return 499;  // the client closed the request (nginx's convention); nobody reads it
+    default:
+      return 500;
+  }
+}
+
+std::string error_body(const absl::Status& status, bool draining) {
+  const int http = http_status(status, draining);
+  const char* type = http == 401   ? "authentication_error"
+                     : http == 404 ? "not_found_error"
+                     : http == 429 ? "rate_limit_error"
+                     : http == 503 ? "unavailable_error"
+                     : http == 504 ? "timeout_error"
+                     : http >= 500 ? "server_error"
+                                   : "invalid_request_error";
+  std::string message(status.message());
+  // The request path names sampling fields as the gRPC API nests them.
+  if (message.starts_with("sampling.")) message.erase(0, 9);
+  const std::string param = http == 400 || http == 404 ? named_field(message) : "";
+  std::string code(absl::StatusCodeToString(status.code()));
+  if (http == 401) code = "invalid_api_key";
+  if (http == 404 && param == "model") code = "model_not_found";
+  if (http == 429) code = "rate_limit_exceeded";
+  Json error = {{"message", message},
+                {"type", type},
+                {"param", param.empty() ? Json(nullptr) : Json(param)},
+                {"code", code}};
+  return dump(Json{{"error", std::move(error)}});
+}
+
+}  // namespace hearth::server::openai

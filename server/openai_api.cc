@@ -391,6 +391,8 @@ absl::StatusOr<Request> parse_request(Endpoint endpoint, std::string_view body,
       const Json again = Json::parse(body);
     } catch (const Json::parse_error& e) {
       return invalid(str_cat("request body: not valid JSON (byte ", e.byte, ")"));
+    } catch (const Json::exception& e) {  // e.g. a number beyond a double's range
+      return invalid(str_cat("request body: not valid JSON (", e.what(), ")"));
     }
     return invalid("request body: not valid JSON");
   }

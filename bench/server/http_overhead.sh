@@ -19,15 +19,8 @@ shape=${HEARTH_BENCH_SHAPE:---dim 2048 --layers 22 --heads 32 --kv-heads 4 --ffn
 here=$(cd "$(dirname "$0")/../.." && pwd)
 vocab=$here/../shared/models/llama-2-tiny-random.gguf
 [ -f "$vocab" ] || { echo "http_overhead.sh: $vocab is missing (../shared)" >&2; exit 1; }
-work=$(mktemp -d)
-server_pid=
-cleanup() {
-  if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
-    kill -TERM "$server_pid"; wait "$server_pid" || true
-  fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=bench/server/hearth_server.sh
+. "$(dirname "$0")/hearth_server.sh"
 
 model=$work/model.gguf
 # shellcheck disable=SC2086
@@ -35,21 +28,11 @@ model=$work/model.gguf
   --type q4_0 >/dev/null
 
 run() {  # run INSTANCES STREAMS
-  "$build/server/hearth-server" --model bench="$model" --instances "$1" --queue 16 \
+  start_hearth "$build" --model bench="$model" --instances "$1" --queue 16 \
     --chat-template "bench=$here/tests/chat/templates/HuggingFaceH4-zephyr-7b-beta.jinja" \
-    --listen 127.0.0.1:0 --http-listen 127.0.0.1:0 --metrics-listen off \
-    >"$work/ready" 2>"$work/server.log" &
-  server_pid=$!
-  for _ in $(seq 1 600); do
-    grep -q '^hearth-server ready' "$work/ready" 2>/dev/null && break
-    kill -0 "$server_pid" 2>/dev/null || { cat "$work/server.log" >&2; exit 1; }
-    sleep 0.1
-  done
-  local grpc http
-  grpc=$(sed -n 's/^hearth-server ready grpc=\([^ ]*\).*/\1/p' "$work/ready")
-  http=$(sed -n 's/^hearth-server ready .* http=\([^ ]*\).*/\1/p' "$work/ready")
-  "$build/bench/bench_http_overhead" "$grpc" "$http" bench "$tokens" "$2" "$rounds"
-  kill -TERM "$server_pid"; wait "$server_pid" || true; server_pid=
+    --http-listen 127.0.0.1:0
+  "$build/bench/bench_http_overhead" "$grpc_addr" "$http_addr" bench "$tokens" "$2" "$rounds"
+  stop_hearth
 }
 
 echo "=== HTTP vs gRPC ($(nproc) cores; model: synth $shape --type q4_0, 32k vocabulary) ==="

@@ -28,15 +28,8 @@ tokens=${HEARTH_BENCH_TOKENS:-256}
 rounds=${HEARTH_BENCH_ROUNDS:-6}
 type=${HEARTH_BENCH_TYPE:-q8_0}
 cores=$(nproc)
-work=$(mktemp -d)
-server_pid=
-cleanup() {
-  if [ -n "$server_pid" ] && kill -0 "$server_pid" 2>/dev/null; then
-    kill -TERM "$server_pid"; wait "$server_pid" || true
-  fi
-  rm -rf "$work"
-}
-trap cleanup EXIT
+# shellcheck source=bench/server/hearth_server.sh
+. "$(dirname "$0")/hearth_server.sh"
 
 model=$work/model.gguf
 # shellcheck disable=SC2086
@@ -44,17 +37,10 @@ model=$work/model.gguf
 prompt="the quick brown fox jumps over the lazy dog"
 
 start_server() {  # start_server INSTANCES KERNEL_THREADS
-  "$build/server/hearth-server" --model bench="$model" --instances "$1" --queue 16 \
-    --kernel-threads "$2" --listen 127.0.0.1:0 --metrics-listen off >"$work/ready" 2>"$work/server.log" &
-  server_pid=$!
-  for _ in $(seq 1 600); do
-    grep -q '^hearth-server ready' "$work/ready" 2>/dev/null && break
-    kill -0 "$server_pid" 2>/dev/null || { cat "$work/server.log" >&2; exit 1; }
-    sleep 0.1
-  done
-  addr=$(sed -n 's/^hearth-server ready grpc=\([^ ]*\).*/\1/p' "$work/ready")
+  start_hearth "$build" --model bench="$model" --instances "$1" --queue 16 --kernel-threads "$2"
+  addr=$grpc_addr
 }
-stop_server() { kill -TERM "$server_pid"; wait "$server_pid" || true; server_pid=; }
+stop_server() { stop_hearth; }
 
 json_field() { /usr/bin/python3 -c "import json,sys; d=json.loads(sys.stdin.readlines()[-1]); print($1)"; }
 

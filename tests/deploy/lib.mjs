@@ -4,18 +4,8 @@ import fs from "node:fs";
 import path from "node:path";
 import YAML from "yaml";
 
-// --name value pairs from argv.
-export function parseArgs(argv) {
-  const out = {};
-  for (let i = 0; i < argv.length; ++i) {
-    const a = argv[i];
-    if (!a.startsWith("--")) throw new Error(`unexpected argument '${a}'`);
-    const eq = a.indexOf("=");
-    if (eq > 0) out[a.slice(2, eq)] = a.slice(eq + 1);
-    else out[a.slice(2)] = argv[++i];
-  }
-  return out;
-}
+import { parseArgs } from "./cli_args.mjs";
+export { parseArgs };
 
 // Collects failures; report() prints them and sets the exit code.
 export class Checker {

@@ -17,18 +17,8 @@ export const PATIENCE_MS = 60000;
 // The name the model is served under.
 export const MODEL = "stories";
 
-// --name value pairs from argv.
-export function parseArgs(argv) {
-  const out = {};
-  for (let i = 0; i < argv.length; ++i) {
-    const a = argv[i];
-    if (!a.startsWith("--")) throw new Error(`unexpected argument '${a}'`);
-    const eq = a.indexOf("=");
-    if (eq > 0) out[a.slice(2, eq)] = a.slice(eq + 1);
-    else out[a.slice(2)] = argv[++i];
-  }
-  return out;
-}
+import { parseArgs } from "./cli_args.mjs";
+export { parseArgs };
 
 // CI is set and not "false" or "0" (as tests/support/shared_data.h reads it).
 function underCI() {

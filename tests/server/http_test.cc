@@ -149,6 +149,9 @@ class RawConnection {
 bool is_idle(const v1::ModelInfo& m) { return m.instances_busy() == 0 && m.queue_depth() == 0; }
 bool is_busy(const v1::ModelInfo& m) { return m.instances_busy() == 1; }
 
+// A request that ends at once.
+const Json kShort = {{"model", "slow"}, {"prompt", "x"}, {"max_tokens", 2}};
+
 // A request that would run for seconds (to the context limit) unless it is
 // cancelled or its deadline passes.
 Json endless(bool stream) {
@@ -219,8 +222,7 @@ TEST_F(ServerHttpTest, FullQueueIs429WithRetryAfterAndDeadlineIs504) {
   RawConnection holder(server_.http_address());
   ASSERT_TRUE(holder.post("/v1/completions", endless(true)));
   ASSERT_TRUE(holder.read_until("data: ")) << holder.received();
-  const HttpAnswer full =
-      post(*client_, "/v1/completions", {{"model", "slow"}, {"prompt", "x"}, {"max_tokens", 2}});
+  const HttpAnswer full = post(*client_, "/v1/completions", kShort);
   EXPECT_EQ(full.status, 429) << full.body;
   EXPECT_EQ(full.header("Retry-After"), "1");
   EXPECT_EQ(full.json()["error"]["type"], "rate_limit_error") << full.body;
@@ -268,8 +270,7 @@ TEST_F(ServerHttpTest, HugeBodiesMalformedJsonAndInvalidUtf8AreRefused) {
   EXPECT_EQ(route->status, 404);
   EXPECT_EQ(Json::parse(route->body)["error"]["message"], "no route GET /v2/everything");
   // The server is unharmed.
-  const HttpAnswer fine =
-      post(*client_, "/v1/completions", {{"model", "slow"}, {"prompt", "x"}, {"max_tokens", 2}});
+  const HttpAnswer fine = post(*client_, "/v1/completions", kShort);
   EXPECT_EQ(fine.status, 200) << fine.body;
 }
 
@@ -278,8 +279,7 @@ TEST_F(ServerHttpTest, SlowClientCostsNothingElseAndIsDisconnected) {
   RawConnection slow(server_.http_address());
   ASSERT_TRUE(slow.send_all("POST /v1/completions HTTP/1.1\r\nHost: test\r\nContent-Le"));
   // Others are served meanwhile.
-  const HttpAnswer fine =
-      post(*client_, "/v1/completions", {{"model", "slow"}, {"prompt", "x"}, {"max_tokens", 2}});
+  const HttpAnswer fine = post(*client_, "/v1/completions", kShort);
   EXPECT_EQ(fine.status, 200) << fine.body;
   EXPECT_TRUE(wait_until(is_idle, "idle"));
   // The idle timeout ends the stalled connection.
@@ -288,13 +288,12 @@ TEST_F(ServerHttpTest, SlowClientCostsNothingElseAndIsDisconnected) {
 
 TEST_F(ServerHttpTest, BearerTokenAsForGrpcAndHealthOpen) {
   start({"--auth-token", "s3cret"});
-  const Json body = {{"model", "slow"}, {"prompt", "x"}, {"max_tokens", 2}};
-  const HttpAnswer none = post(*client_, "/v1/completions", body);
+  const HttpAnswer none = post(*client_, "/v1/completions", kShort);
   EXPECT_EQ(none.status, 401) << none.body;
   EXPECT_EQ(none.json()["error"]["code"], "invalid_api_key");
-  EXPECT_EQ(post(*client_, "/v1/completions", body, {{"Authorization", "Bearer wrong"}}).status,
+  EXPECT_EQ(post(*client_, "/v1/completions", kShort, {{"Authorization", "Bearer wrong"}}).status,
             401);
-  EXPECT_EQ(post(*client_, "/v1/completions", body, {{"Authorization", "Bearer s3cret"}}).status,
+  EXPECT_EQ(post(*client_, "/v1/completions", kShort, {{"Authorization", "Bearer s3cret"}}).status,
             200);
   auto models = client_->Get("/v1/models");
   ASSERT_TRUE(models);
@@ -327,8 +326,7 @@ TEST_F(ServerHttpTest, DrainingAnswers503AndLetsTheOpenStreamFinish) {
   }
   EXPECT_EQ(health_status, 503);
   EXPECT_EQ(Json::parse(health_body, nullptr, false)["status"], "draining") << health_body;
-  const HttpAnswer refused = post(*http_client(server_.http_address()), "/v1/completions",
-                                  {{"model", "slow"}, {"prompt", "x"}, {"max_tokens", 2}});
+  const HttpAnswer refused = post(*http_client(server_.http_address()), "/v1/completions", kShort);
   EXPECT_EQ(refused.status, 503) << refused.body;
   EXPECT_EQ(refused.header("Retry-After"), "5");
   // The open stream still ends normally.

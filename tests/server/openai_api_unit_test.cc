@@ -130,6 +130,9 @@ TEST(OpenAiRequest, RefusalsNameTheField) {
   EXPECT_EQ(refusal(completion("{\"prompt\": \"\xff\"}")),
             "request body: not valid UTF-8 (byte 12)");
   EXPECT_EQ(refusal(completion("[1]")), "request body: must be a JSON object");
+  EXPECT_TRUE(
+      refusal(completion(R"({"model": 1e999})")).starts_with("request body: not valid JSON"))
+      << "a number beyond a double's range (found by openai_request_fuzz)";
   EXPECT_EQ(refusal(completion(R"({"prompt": "x"})")),
             "model: missing (GET /v1/models lists them)");
   EXPECT_EQ(refusal(completion(R"({"model": "m"})")), "prompt: missing");

@@ -216,18 +216,25 @@ absl::StatusOr<int> HttpFrontEnd::start() {
   // cannot parse) get OpenAI's error object too.
   s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return;
-    std::string message = res.status == 404   ? str_cat("no route ", req.method, " ", req.path)
-                          : res.status == 413 ? "request body: larger than the server's limit "
-                                                "(--max-message-bytes)"
-                                              : str_cat("HTTP ", res.status);
-    const absl::Status status = res.status == 404   ? absl::NotFoundError(message)
-                                : res.status == 413 ? absl::InvalidArgumentError(message)
-                                                    : absl::UnknownError(message);
+    std::string message = str_cat("HTTP ", res.status);
+    absl::StatusCode code = absl::StatusCode::kInvalidArgument;
+    if (res.status == 404) {
+      message = str_cat("no route ", req.method, " ", req.path);
+      code = absl::StatusCode::kNotFound;
+    } else if (res.status == 413) {
+      message = "request body: larger than the server's limit (--max-message-bytes)";
+    } else if (res.status == 400) {
+      message =
+          "request: not a complete HTTP request (malformed, cut short, or nothing "
+          "received for --http-idle-timeout-s)";
+    } else if (res.status >= 500) {
+      code = absl::StatusCode::kInternal;
+    }
     Json error = {{"error",
                    {{"message", message},
                     {"type", res.status >= 500 ? "server_error" : "invalid_request_error"},
                     {"param", nullptr},
-                    {"code", std::string(absl::StatusCodeToString(status.code()))}}}};
+                    {"code", std::string(absl::StatusCodeToString(code))}}}};
     res.set_content(dump(error), kJson);
   });
   s.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr) {

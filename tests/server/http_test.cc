@@ -284,6 +284,15 @@ TEST_F(ServerHttpTest, SlowClientCostsNothingElseAndIsDisconnected) {
   EXPECT_TRUE(wait_until(is_idle, "idle"));
   // The idle timeout ends the stalled connection.
   EXPECT_TRUE(slow.read_until_closed()) << slow.received();
+  // One that stalls in the middle of its body is told why.
+  RawConnection cut(server_.http_address());
+  ASSERT_TRUE(
+      cut.send_all("POST /v1/completions HTTP/1.1\r\nHost: test\r\n"
+                   "Content-Length: 100\r\n\r\n{\"model\""));
+  EXPECT_TRUE(cut.read_until_closed()) << cut.received();
+  EXPECT_TRUE(cut.received().starts_with("HTTP/1.1 400")) << cut.received();
+  EXPECT_NE(cut.received().find("not a complete HTTP request"), std::string::npos)
+      << cut.received();
 }
 
 TEST_F(ServerHttpTest, BearerTokenAsForGrpcAndHealthOpen) {

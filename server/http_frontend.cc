@@ -22,13 +22,10 @@ namespace hearth::server {
 namespace {
 
 using Json = nlohmann::ordered_json;
+using openai::dump;
 using openai::Endpoint;
 
 constexpr const char* kJson = "application/json";
-
-std::string dump(const Json& value) {
-  return value.dump(-1, ' ', false, Json::error_handler_t::replace);
-}
 
 // Address and port of a socket end, as httplib reports them (numeric host).
 bool endpoint_of(const sockaddr_storage& a, std::string& host, int& port) {
@@ -207,10 +204,10 @@ absl::StatusOr<int> HttpFrontEnd::start() {
   s.Get(R"(/v1/models/(.+))",
         [this](const httplib::Request& req, httplib::Response& res) { get_model(req, res); });
   s.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    generate(req, res, static_cast<int>(Endpoint::kCompletions));
+    generate(req, res, Endpoint::kCompletions);
   });
   s.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    generate(req, res, static_cast<int>(Endpoint::kChatCompletions));
+    generate(req, res, Endpoint::kChatCompletions);
   });
   // httplib's own refusals (no such route, body too large, a request it
   // cannot parse) get OpenAI's error object too.
@@ -324,8 +321,8 @@ void HttpFrontEnd::get_model(const httplib::Request& req, httplib::Response& res
   path_.finish(record, absl::OkStatus());
 }
 
-void HttpFrontEnd::generate(const httplib::Request& req, httplib::Response& res, int endpoint_id) {
-  const auto endpoint = static_cast<Endpoint>(endpoint_id);
+void HttpFrontEnd::generate(const httplib::Request& req, httplib::Response& res,
+                            Endpoint endpoint) {
   const bool chat = endpoint == Endpoint::kChatCompletions;
   auto call = std::make_shared<StreamCall>();
   RequestRecord& record = call->record;
@@ -365,7 +362,7 @@ void HttpFrontEnd::generate(const httplib::Request& req, httplib::Response& res,
   res.set_chunked_content_provider(
       "text/event-stream",
       [this, call](std::size_t /*offset*/, httplib::DataSink& sink) {
-        stream(*call, &sink);
+        stream(*call, sink);
         return true;
       },
       [this, call](bool /*success*/) {
@@ -375,8 +372,7 @@ void HttpFrontEnd::generate(const httplib::Request& req, httplib::Response& res,
       });
 }
 
-void HttpFrontEnd::stream(StreamCall& call, void* data_sink) {
-  httplib::DataSink& sink = *static_cast<httplib::DataSink*>(data_sink);
+void HttpFrontEnd::stream(StreamCall& call, httplib::DataSink& sink) {
   call.reported = true;
   bool sent = true;  // every write so far reached the socket
   auto send = [&sink, &sent](std::string_view event) {

@@ -38,12 +38,17 @@
 #include "server/request_path.h"
 
 namespace httplib {
+class DataSink;
 class Server;
 struct Request;
 struct Response;
 }  // namespace httplib
 
 namespace hearth::server {
+
+namespace openai {
+enum class Endpoint;  // server/openai_api.h
+}  // namespace openai
 
 struct HttpOptions {
   std::string listen;      // "HOST:PORT" ("[::]:PORT" for IPv6); port 0 picks one
@@ -82,13 +87,13 @@ class HttpFrontEnd {
   void health(httplib::Response& res) const;
   void list_models(const httplib::Request& req, httplib::Response& res);
   void get_model(const httplib::Request& req, httplib::Response& res);
-  void generate(const httplib::Request& req, httplib::Response& res, int endpoint);
+  void generate(const httplib::Request& req, httplib::Response& res, openai::Endpoint endpoint);
   // Answers with `status` as OpenAI's error object and reports the call.
   void refuse(RequestRecord& record, const absl::Status& status, httplib::Response& res);
   bool draining(const std::string& model) const;
 
   struct StreamCall;
-  void stream(StreamCall& call, void* data_sink);
+  void stream(StreamCall& call, httplib::DataSink& sink);
 
   RequestPath& path_;
   const HttpOptions options_;

@@ -19,12 +19,6 @@ using Json = nlohmann::ordered_json;
 
 absl::Status invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
 
-// JSON text of `value`; invalid UTF-8 (never expected: every text is
-// checked or sanitized) is replaced rather than thrown on.
-std::string dump(const Json& value) {
-  return value.dump(-1, ' ', false, Json::error_handler_t::replace);
-}
-
 // The field's value, or nullopt when absent or null (OpenAI's clients send
 // null for "not given").
 const Json* field(const Json& body, const char* name) {
@@ -190,7 +184,6 @@ absl::Status read_model(const Json& body, std::string& out) {
 absl::Status read_completion(const Json& body, std::size_t max_tokens_limit,
                              std::uint64_t default_seed, Request& out) {
   GenerateCall& call = out.generate;
-  call.method = out.stream ? "Generate" : "Complete";
   HEARTH_RETURN_IF_ERROR(read_model(body, call.model));
   const Json* prompt = field(body, "prompt");
   if (prompt == nullptr) return invalid("prompt: missing");
@@ -379,6 +372,10 @@ std::string named_field(std::string_view message) {
 }
 
 }  // namespace
+
+std::string dump(const nlohmann::ordered_json& value) {
+  return value.dump(-1, ' ', false, nlohmann::ordered_json::error_handler_t::replace);
+}
 
 absl::StatusOr<Request> parse_request(Endpoint endpoint, std::string_view body,
                                       std::size_t max_tokens_limit, std::uint64_t default_seed) {

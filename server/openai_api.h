@@ -92,6 +92,10 @@ std::string usage_event(const ResponseHead& head, const GenerateOutcome& outcome
 std::string error_event(const absl::Status& status);
 inline constexpr std::string_view kDoneEvent = "data: [DONE]\n\n";
 
+// JSON text of `value`; invalid UTF-8 (never expected: every text is
+// checked or sanitized) is replaced rather than thrown on.
+std::string dump(const nlohmann::ordered_json& value);
+
 // The HTTP status for a request path error. UNAVAILABLE is 503 while the
 // model is loading or the server drains (`draining`), else 429 (the queue is
 // full); DEADLINE_EXCEEDED 504; INVALID_ARGUMENT and FAILED_PRECONDITION 400.

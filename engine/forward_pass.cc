@@ -40,34 +40,78 @@ std::array<BufferShape, 9> shapes(const ModelConfig& c) {
            {"up", &A::up, c.n_ff}}};
 }
 
-kernels::RopeConfig rope_config(const ModelConfig& c, const ModelWeights& w) {
+// Layer `l`'s rotary embedding for sequence `s` (Phi-3 picks its factors by
+// the sequence's context).
+kernels::RopeConfig rope_config(const ModelConfig& c, const ModelWeights& w, std::size_t l,
+                                const SequenceRows& s) {
   kernels::RopeConfig rope;
-  rope.style = c.rope_neox ? kernels::RopeStyle::kNeox : kernels::RopeStyle::kNormal;
+  rope.style = c.rope_style;
   rope.rot_dim = c.rope_dim;
-  rope.base = c.rope_base;
-  rope.freq_scale = c.rope_freq_scale;
-  rope.freq_factors = w.rope_freq_factors().empty() ? nullptr : w.rope_freq_factors().data();
+  rope.base = c.layers[l].rope_base;
+  rope.freq_scale = c.layers[l].rope_freq_scale;
+  rope.attn_factor = c.rope_attn_factor;
+  const std::vector<float>* factors = &w.rope_freq_factors();
+  if (c.rope_original_context != 0) {
+    const std::size_t context =
+        !s.kv.int8.empty() ? s.kv.int8[l].layout.max_seq : s.kv.f32[l].layout.max_seq;
+    factors = context > c.rope_original_context ? &w.rope_factors_long() : &w.rope_factors_short();
+  }
+  rope.freq_factors = factors->empty() ? nullptr : factors->data();
   return rope;
 }
 
 // RoPE, KV append and attention of one sequence's rows in layer `l`.
-absl::Status attend(const ModelConfig& c, const ActivationBuffers& b, const SequenceRows& s,
-                    std::size_t l, const kernels::RopeConfig& rope, float attn_scale,
-                    MemoryAllocator& scratch, kernels::ThreadPool* pool) {
+absl::Status attend(const ModelWeights& w, const ActivationBuffers& b, const SequenceRows& s,
+                    std::size_t l, MemoryAllocator& scratch, kernels::ThreadPool* pool) {
+  const ModelConfig& c = w.config();
   float* q = b.q + s.first_row * c.q_dim();
   float* k = b.k + s.first_row * c.kv_dim();
   const float* v = b.v + s.first_row * c.kv_dim();
   float* out = b.attn + s.first_row * c.q_dim();
+  const kernels::RopeConfig rope = rope_config(c, w, l, s);
   kernels::rope(q, s.rows, c.n_head, c.head_dim, s.start_pos, rope, pool);
   kernels::rope(k, s.rows, c.n_head_kv, c.head_dim, s.start_pos, rope, pool);
+  const kernels::AttentionOptions options{c.layers[l].window, c.attn_softcap};
+  const float scale = c.attention_scale;
   if (!s.kv.int8.empty()) {
     const kernels::QuantizedKvView& kv = s.kv.int8[l];
     HEARTH_RETURN_IF_ERROR(kernels::kv_append(kv, s.start_pos, k, v, s.rows));
-    return kernels::sdpa(q, s.rows, s.start_pos, c.n_head, kv, attn_scale, out, scratch, pool);
+    return kernels::sdpa(q, s.rows, s.start_pos, c.n_head, kv, scale, out, scratch, pool, options);
   }
   const kernels::FloatKvView& kv = s.kv.f32[l];
   HEARTH_RETURN_IF_ERROR(kernels::kv_append(kv, s.start_pos, k, v, s.rows));
-  return kernels::sdpa(q, s.rows, s.start_pos, c.n_head, kv, attn_scale, out, scratch, pool);
+  return kernels::sdpa(q, s.rows, s.start_pos, c.n_head, kv, scale, out, scratch, pool, options);
+}
+
+// The q/k norms (Qwen3, Gemma 3: each head; OLMo 2: the whole projection),
+// before RoPE.
+void qk_norms(const ModelConfig& c, const LayerWeights& L, const ActivationBuffers& b,
+              std::size_t n, kernels::ThreadPool* pool) {
+  if (L.q_norm.empty()) return;
+  const bool per_head = c.arch->qk_norm == QkNorm::kPerHead;
+  const std::size_t q_rows = per_head ? n * c.n_head : n, k_rows = per_head ? n * c.n_head_kv : n;
+  const std::size_t q_len = per_head ? c.head_dim : c.q_dim();
+  const std::size_t k_len = per_head ? c.head_dim : c.kv_dim();
+  kernels::rms_norm(b.q, L.q_norm.data(), q_rows, q_len, c.rms_eps, b.q, pool);
+  kernels::rms_norm(b.k, L.k_norm.data(), k_rows, k_len, c.rms_eps, b.k, pool);
+}
+
+// x += residual_scale * post_norm(out): a block's output joins the stream
+// (the norm only with post-norms, the scale only for Granite).
+void add_residual(const ModelConfig& c, const std::vector<float>& post_norm, float* out,
+                  const ActivationBuffers& b, std::size_t n, kernels::ThreadPool* pool) {
+  const std::size_t d = c.n_embd;
+  if (!post_norm.empty()) kernels::rms_norm(out, post_norm.data(), n, d, c.rms_eps, out, pool);
+  if (c.residual_scale != 1.0f) kernels::scale_inplace(out, c.residual_scale, n * d, pool);
+  kernels::add_inplace(b.x, out, n * d, pool);
+}
+
+// A block's input: the stream itself, or its pre-norm in xn.
+const float* block_input(const ModelConfig& c, const std::vector<float>& pre_norm,
+                         const ActivationBuffers& b, std::size_t n, kernels::ThreadPool* pool) {
+  if (pre_norm.empty()) return b.x;
+  kernels::rms_norm(b.x, pre_norm.data(), n, c.n_embd, c.rms_eps, b.xn, pool);
+  return b.xn;
 }
 
 }  // namespace
@@ -109,8 +153,7 @@ absl::Status run_layers(const ModelWeights& w, const ActivationBuffers& b,
         str_cat("forward: ", n, " rows; the step's buffers hold 1 to ", b.rows));
   HEARTH_RETURN_IF_ERROR(kernels::embedding_lookup(w.embedding(), w.embedding_type(), c.n_vocab, d,
                                                    tokens.data(), n, b.x, pool));
-  const kernels::RopeConfig rope = rope_config(c, w);
-  const float attn_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  if (c.embedding_scale != 1.0f) kernels::scale_inplace(b.x, c.embedding_scale, n * d, pool);
 
   // Decode streams every weight once per token; before each projection's
   // region, the pool's workers are told where the next projection starts
@@ -127,30 +170,34 @@ absl::Status run_layers(const ModelWeights& w, const ActivationBuffers& b,
     // memory): recycling it bounds temp memory by one layer, not the depth.
     scratch.reset();
     const LayerWeights& L = w.layers()[l];
-    kernels::rms_norm(b.x, L.attn_norm.data(), n, d, c.rms_eps, b.xn, pool);
+    const float* in = block_input(c, L.attn_norm, b, n, pool);
     const kernels::Linear* qkv[] = {&L.wq, &L.wk, &L.wv};
     float* const qkv_out[] = {b.q, b.k, b.v};
     hint_next({&L.wo});
-    HEARTH_RETURN_IF_ERROR(
-        kernels::Linear::forward_same_input(qkv, b.xn, n, qkv_out, scratch, pool));
+    HEARTH_RETURN_IF_ERROR(kernels::Linear::forward_same_input(qkv, in, n, qkv_out, scratch, pool));
     if (!L.bq.empty()) {
       kernels::add_rows_inplace(b.q, L.bq.data(), n, c.q_dim(), pool);
       kernels::add_rows_inplace(b.k, L.bk.data(), n, c.kv_dim(), pool);
       kernels::add_rows_inplace(b.v, L.bv.data(), n, c.kv_dim(), pool);
     }
+    qk_norms(c, L, b, n, pool);
     for (const SequenceRows& s : sequences)
-      HEARTH_RETURN_IF_ERROR(attend(c, b, s, l, rope, attn_scale, scratch, pool));
+      HEARTH_RETURN_IF_ERROR(attend(w, b, s, l, scratch, pool));
     hint_next({&L.w_gate, &L.w_up});
     HEARTH_RETURN_IF_ERROR(L.wo.forward(b.attn, n, b.tmp, scratch, pool));
-    kernels::add_inplace(b.x, b.tmp, n * d, pool);
+    add_residual(c, L.post_attn_norm, b.tmp, b, n, pool);
 
-    kernels::rms_norm(b.x, L.ffn_norm.data(), n, d, c.rms_eps, b.xn, pool);
+    in = block_input(c, L.ffn_norm, b, n, pool);
     const kernels::Linear* gate_up[] = {&L.w_gate, &L.w_up};
     float* const gate_up_out[] = {b.gate, b.up};
     hint_next({&L.w_down});
     HEARTH_RETURN_IF_ERROR(
-        kernels::Linear::forward_same_input(gate_up, b.xn, n, gate_up_out, scratch, pool));
-    kernels::swiglu(b.gate, b.up, n * c.n_ff, b.gate, pool);
+        kernels::Linear::forward_same_input(gate_up, in, n, gate_up_out, scratch, pool));
+    if (c.arch->activation == FfnActivation::kGeluTanh) {
+      kernels::geglu(b.gate, b.up, n * c.n_ff, b.gate, pool);
+    } else {
+      kernels::swiglu(b.gate, b.up, n * c.n_ff, b.gate, pool);
+    }
     if (l + 1 < c.n_layer) {
       const LayerWeights& N = w.layers()[l + 1];
       hint_next({&N.wq, &N.wk, &N.wv});
@@ -158,7 +205,7 @@ absl::Status run_layers(const ModelWeights& w, const ActivationBuffers& b,
       hint_next({&w.output()});
     }
     HEARTH_RETURN_IF_ERROR(L.w_down.forward(b.gate, n, b.tmp, scratch, pool));
-    kernels::add_inplace(b.x, b.tmp, n * d, pool);
+    add_residual(c, L.post_ffn_norm, b.tmp, b, n, pool);
   }
   return absl::OkStatus();
 }
@@ -183,7 +230,11 @@ absl::Status project_logits(const ModelWeights& w, const ActivationBuffers& b,
       kernels::rms_norm(b.x + rows[i] * d, w.output_norm().data(), 1, d, c.rms_eps, b.xn + i * d,
                         pool);
   }
-  return w.output().forward(b.xn, rows.size(), logits, scratch, pool);
+  HEARTH_RETURN_IF_ERROR(w.output().forward(b.xn, rows.size(), logits, scratch, pool));
+  const std::size_t count = rows.size() * c.n_vocab;
+  if (c.logit_scale != 1.0f) kernels::scale_inplace(logits, c.logit_scale, count, pool);
+  if (c.final_softcap > 0.0f) kernels::softcap(logits, count, c.final_softcap, pool);
+  return absl::OkStatus();
 }
 
 }  // namespace hearth::engine

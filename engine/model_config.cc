@@ -1,5 +1,6 @@
 #include "engine/model_config.h"
 
+#include <cmath>
 #include <filesystem>
 
 #include "absl/status/status.h"
@@ -28,6 +29,74 @@ absl::StatusOr<std::size_t> positive(const GgufFile& f, const std::string& key) 
   return static_cast<std::size_t>(*v);
 }
 
+// An optional float key: `fallback` when absent; refused unless finite and
+// > 0 (or >= 0 with allow_zero).
+absl::StatusOr<float> optional_float(const GgufFile& f, const std::string& key, float fallback,
+                                     bool allow_zero = false) {
+  if (f.find(key) == nullptr) return fallback;
+  auto v = f.get_float(key);
+  if (!v.ok()) return v.status();
+  if (!std::isfinite(*v) || *v < 0 || (*v == 0 && !allow_zero))
+    return invalid(f, str_cat("key '", key, "' = ", *v, " is out of range"));
+  return static_cast<float>(*v);
+}
+
+// The keys an architecture's entry adds: scales, soft-capping, sliding
+// windows, long/short rope factors; then each layer's attention.
+absl::Status read_architecture_traits(const GgufFile& f, ModelConfig& c) {
+  const ArchitectureSpec& arch = *c.arch;
+  const std::string& a = c.arch_name;
+  c.attn_bias =
+      arch.qkv_bias == Presence::kRequired ||
+      (arch.qkv_bias == Presence::kOptional && f.find_tensor("blk.0.attn_q.bias") != nullptr);
+  c.attention_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
+  if (arch.embd_per_head_query_scale_layers != 0 &&
+      c.n_layer == arch.embd_per_head_query_scale_layers)
+    c.attention_scale = 1.0f / std::sqrt(static_cast<float>(c.n_embd / c.n_head));
+  if (arch.embedding_scale_sqrt_dim) c.embedding_scale = std::sqrt(static_cast<float>(c.n_embd));
+  if (arch.granite_scales) {
+    HEARTH_ASSIGN_OR_RETURN(c.embedding_scale, optional_float(f, a + ".embedding_scale", 1.0f));
+    HEARTH_ASSIGN_OR_RETURN(c.residual_scale, optional_float(f, a + ".residual_scale", 1.0f));
+    HEARTH_ASSIGN_OR_RETURN(c.attention_scale,
+                            optional_float(f, a + ".attention.scale", c.attention_scale));
+    HEARTH_ASSIGN_OR_RETURN(float logit_divisor, optional_float(f, a + ".logit_scale", 1.0f));
+    c.logit_scale = 1.0f / logit_divisor;
+  }
+  if (arch.softcaps) {
+    HEARTH_ASSIGN_OR_RETURN(c.attn_softcap,
+                            optional_float(f, a + ".attn_logit_softcapping", 0.0f, true));
+    HEARTH_ASSIGN_OR_RETURN(c.final_softcap,
+                            optional_float(f, a + ".final_logit_softcapping", 0.0f, true));
+  }
+  if (arch.long_short_rope_factors && f.find_tensor("rope_factors_long.weight") != nullptr) {
+    std::size_t original = c.n_ctx_train;
+    const std::string key = a + ".rope.scaling.original_context_length";
+    if (f.find(key) != nullptr) {
+      HEARTH_ASSIGN_OR_RETURN(original, positive(f, key));
+    }
+    c.rope_original_context = original;
+    HEARTH_ASSIGN_OR_RETURN(c.rope_attn_factor,
+                            optional_float(f, a + ".rope.scaling.attn_factor", 1.0f));
+  }
+  std::size_t window = 0;
+  const std::string window_key = a + ".attention.sliding_window";
+  if (f.find(window_key) != nullptr) {
+    if (!arch.sliding_window.allowed)
+      return invalid(f, str_cat("has '", window_key, "', which ", a, " models do not use"));
+    auto w = f.get_uint(window_key);
+    if (!w.ok()) return w.status();
+    window = static_cast<std::size_t>(*w);  // 0: no window (files write 0 for "none")
+  }
+  c.layers.assign(c.n_layer, LayerAttention{0, c.rope_base, c.rope_freq_scale});
+  const SlidingWindowRule& rule = arch.sliding_window;
+  for (std::size_t l = 0; l < c.n_layer && window != 0; ++l) {
+    if (rule.global_every != 0 && (l + 1) % rule.global_every == 0) continue;
+    c.layers[l].window = window;
+    if (rule.rope_base != 0.0f) c.layers[l] = {window, rule.rope_base, 1.0f};
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::StatusOr<ModelConfig> read_model_config(const GgufFile& f) {
@@ -35,16 +104,12 @@ absl::StatusOr<ModelConfig> read_model_config(const GgufFile& f) {
   auto arch = f.get_string("general.architecture");
   if (!arch.ok()) return invalid(f, "has no 'general.architecture' key; is it a model file?");
   c.arch_name = std::string(*arch);
-  if (c.arch_name == "llama") {
-    c.arch = Architecture::kLlama;
-  } else if (c.arch_name == "qwen2") {
-    c.arch = Architecture::kQwen2;
-    c.rope_neox = true;
-    c.attn_bias = true;
-  } else {
+  c.arch = find_architecture(c.arch_name);
+  if (c.arch == nullptr) {
     return absl::UnimplementedError(str_cat("model '", f.name(), "': architecture '", c.arch_name,
-                                            "' is not supported (llama, qwen2)"));
+                                            "' is not supported (", architecture_names(), ")"));
   }
+  c.rope_style = c.arch->rope_style;
   if (auto n = f.get_string("general.name"); n.ok()) {
     c.name = std::string(*n);
   } else {
@@ -134,6 +199,7 @@ absl::StatusOr<ModelConfig> read_model_config(const GgufFile& f) {
     }
   }
   c.tied_output = f.find_tensor("output.weight") == nullptr;
+  HEARTH_RETURN_IF_ERROR(read_architecture_traits(f, c));
   return c;
 }
 

@@ -345,6 +345,7 @@ absl::StatusOr<PreTokenizer> PreTokenizer::for_name(std::string_view pre) {
   struct Name {
     std::string_view name;
     PreTokenizerRules rules;
+    bool llama3_flags = false;  // Llama 3's ignore_merges and BOS default
   };
   static constexpr Name kNames[] = {
       {"", PreTokenizerRules::kGpt2},
@@ -353,9 +354,12 @@ absl::StatusOr<PreTokenizer> PreTokenizer::for_name(std::string_view pre) {
       {"mpt", PreTokenizerRules::kGpt2},
       {"phi-2", PreTokenizerRules::kGpt2},
       {"olmo", PreTokenizerRules::kGpt2},
-      {"llama-bpe", PreTokenizerRules::kLlama3},
-      {"llama3", PreTokenizerRules::kLlama3},
-      {"llama-v3", PreTokenizerRules::kLlama3},
+      {"llama-bpe", PreTokenizerRules::kLlama3, true},
+      {"llama3", PreTokenizerRules::kLlama3, true},
+      {"llama-v3", PreTokenizerRules::kLlama3, true},
+      {"falcon3", PreTokenizerRules::kLlama3, true},
+      {"dbrx", PreTokenizerRules::kLlama3},
+      {"smaug-bpe", PreTokenizerRules::kLlama3},
       {"qwen2", PreTokenizerRules::kQwen2},
       {"deepseek-r1-qwen", PreTokenizerRules::kQwen2},
       {"stablelm2", PreTokenizerRules::kQwen2},
@@ -370,12 +374,13 @@ absl::StatusOr<PreTokenizer> PreTokenizer::for_name(std::string_view pre) {
       {"deepseek-llm", PreTokenizerRules::kDeepseekLlm},
   };
   for (const Name& n : kNames) {
-    if (n.name == pre) return PreTokenizer(n.rules);
+    if (n.name == pre) return PreTokenizer(n.rules, n.llama3_flags);
   }
   return absl::InvalidArgumentError(
       str_cat("tokenizer.ggml.pre = '", pre,
               "' is not a pre-tokenizer hearth knows (known: default, gpt-2, mpt, phi-2, olmo, "
-              "llama-bpe, llama3, llama-v3, qwen2, deepseek-r1-qwen, stablelm2, starcoder, refact, "
+              "llama-bpe, llama3, llama-v3, falcon3, dbrx, smaug-bpe, qwen2, deepseek-r1-qwen, "
+              "stablelm2, starcoder, refact, "
               "command-r, smollm, codeshell, exaone, falcon, deepseek-coder, deepseek-llm)"));
 }
 

@@ -54,7 +54,9 @@ class PreTokenizer {
  public:
   // The pre-tokenizer for a `tokenizer.ggml.pre` value. Accepted names:
   //   gpt2 rules:      "" (key absent), "default", "gpt-2", "mpt", "phi-2", "olmo"
-  //   llama3 rules:    "llama-bpe", "llama3", "llama-v3"
+  //   llama3 rules:    "llama-bpe", "llama3", "llama-v3", "falcon3" (with Llama 3's
+  //                    ignore_merges and BOS), "dbrx", "smaug-bpe" (without: OLMo 2,
+  //                    Phi-4, Smaug)
   //   qwen2 rules:     "qwen2", "deepseek-r1-qwen", "stablelm2"
   //   starcoder rules: "starcoder", "refact", "command-r", "smollm", "codeshell", "exaone"
   //   "falcon", "deepseek-coder", "deepseek-llm"
@@ -62,15 +64,19 @@ class PreTokenizer {
   // without a recorded pre-tokenizer (e.g. GPT-NeoX's) actually do; llama.cpp
   // uses a different fallback there. Any other name is InvalidArgument naming it.
   static absl::StatusOr<PreTokenizer> for_name(std::string_view pre);
-  explicit PreTokenizer(PreTokenizerRules rules) : rules_(rules) {}
+  explicit PreTokenizer(PreTokenizerRules rules)
+      : PreTokenizer(rules, rules == PreTokenizerRules::kLlama3) {}
+  // llama_flags: Llama 3's ignore_merges and BOS default (below).
+  PreTokenizer(PreTokenizerRules rules, bool llama3_flags)
+      : rules_(rules), llama3_flags_(llama3_flags) {}
 
   PreTokenizerRules rules() const { return rules_; }
   // Llama 3 tokenizers skip the merges for a word that is itself a token
   // (Hugging Face's `ignore_merges`).
-  bool ignore_merges() const { return rules_ == PreTokenizerRules::kLlama3; }
+  bool ignore_merges() const { return llama3_flags_; }
   // Whether these models add BOS when `tokenizer.ggml.add_bos_token` is absent
   // (llama.cpp's per-pre-tokenizer defaults: only Llama 3 does).
-  bool add_bos_default() const { return rules_ == PreTokenizerRules::kLlama3; }
+  bool add_bos_default() const { return llama3_flags_; }
 
   // Splits `text` (any bytes) into words that cover it in order; empty words
   // are never produced. Replaces the contents of `words`.
@@ -80,6 +86,7 @@ class PreTokenizer {
 
  private:
   PreTokenizerRules rules_;
+  bool llama3_flags_;
 };
 
 }  // namespace hearth::engine

@@ -7,6 +7,7 @@
 #include "absl/status/status.h"
 #include "base/status_macros.h"
 #include "base/str_cat.h"
+#include "engine/architecture.h"
 #include "engine/gguf_writer.h"
 #include "kernels/fp16.h"
 #include "kernels/gguf_blocks.h"
@@ -123,6 +124,37 @@ SyntheticModelSpec::Vocabulary builtin_vocabulary(std::size_t n) {
   return v;
 }
 
+constexpr float kGraniteEmbeddingScale = 12.0f;
+
+// The keys an architecture's entry reads, with values like its real models'.
+void add_architecture_keys(GgufWriter& w, const ArchitectureSpec& arch,
+                           const SyntheticModelSpec& s) {
+  const std::string& a = s.architecture;
+  const bool gemma3_rope = arch.sliding_window.rope_base != 0.0f;
+  w.add_float32(a + ".rope.freq_base", gemma3_rope ? 1000000.0f : 10000.0f);
+  if (gemma3_rope) {  // global layers: linear scaling 8 (Gemma 3 4B and up)
+    w.add_string(a + ".rope.scaling.type", "linear");
+    w.add_float32(a + ".rope.scaling.factor", 8.0f);
+  }
+  if (s.sliding_window != 0 || arch.sliding_window.always_in_file)
+    w.add_uint32(a + ".attention.sliding_window", static_cast<std::uint32_t>(s.sliding_window));
+  if (arch.softcaps) {  // Gemma 2's values
+    w.add_float32(a + ".attn_logit_softcapping", 50.0f);
+    w.add_float32(a + ".final_logit_softcapping", 30.0f);
+  }
+  if (arch.granite_scales) {  // Granite 3.0 2B's multipliers; attention 1/head_dim
+    w.add_float32(a + ".embedding_scale", kGraniteEmbeddingScale);
+    w.add_float32(a + ".residual_scale", 0.22f);
+    w.add_float32(a + ".attention.scale", static_cast<float>(s.n_head) / s.n_embd);
+    w.add_float32(a + ".logit_scale", 8.0f);
+  }
+  if (arch.long_short_rope_factors) {  // the short factors until 1/4 of the context
+    w.add_uint32(a + ".rope.scaling.original_context_length",
+                 static_cast<std::uint32_t>(s.context_length / 4));
+    w.add_float32(a + ".rope.scaling.attn_factor", 1.19f);
+  }
+}
+
 }  // namespace
 
 absl::StatusOr<SyntheticModelSpec::Vocabulary> vocabulary_of(const GgufFile& file) {
@@ -177,9 +209,11 @@ absl::StatusOr<std::string> synthesize_model(const SyntheticModelSpec& s) {
        s.vocabulary->types.size() != s.n_vocab))
     return bad(str_cat("vocab ", s.n_vocab, " differs from the given vocabulary's ",
                        s.vocabulary->tokens.size(), " tokens, scores or types"));
-  if (s.architecture != "llama" && s.architecture != "qwen2")
-    return bad(str_cat("architecture '", s.architecture, "' is not llama or qwen2"));
-  const bool qwen2 = s.architecture == "qwen2";
+  const ArchitectureSpec* arch = find_architecture(s.architecture);
+  if (arch == nullptr)
+    return bad(str_cat("architecture '", s.architecture, "' is not one of ", architecture_names()));
+  if (s.sliding_window != 0 && !arch->sliding_window.allowed)
+    return bad(str_cat("a sliding window is not part of ", s.architecture, " models"));
   if (!(s.bias_scale >= 0.0f && std::isfinite(s.bias_scale)))
     return bad(str_cat("bias_scale ", s.bias_scale, " must be finite and non-negative"));
   const bool k_quant = s.weight_type == GgmlType::kQ4_K || s.weight_type == GgmlType::kQ5_K ||
@@ -219,8 +253,8 @@ absl::StatusOr<std::string> synthesize_model(const SyntheticModelSpec& s) {
   w.add_uint32(a + ".feed_forward_length", static_cast<std::uint32_t>(s.n_ff));
   w.add_uint32(a + ".context_length", static_cast<std::uint32_t>(s.context_length));
   w.add_uint32(a + ".rope.dimension_count", static_cast<std::uint32_t>(head_dim));
-  w.add_float32(a + ".rope.freq_base", 10000.0f);
   w.add_float32(a + ".attention.layer_norm_rms_epsilon", 1e-5f);
+  add_architecture_keys(w, *arch, s);
   const SyntheticModelSpec::Vocabulary v =
       s.vocabulary ? *s.vocabulary : builtin_vocabulary(s.n_vocab);
   w.add_string("tokenizer.ggml.model", "llama");
@@ -245,37 +279,59 @@ absl::StatusOr<std::string> synthesize_model(const SyntheticModelSpec& s) {
     w.add_tensor(name, {n_in, n_out}, type,
                  encode(type, n_out, n_in, rng, std::sqrt(3.0f / static_cast<float>(n_in)), 0.0f));
   };
-  auto bias = [&](const std::string& name, std::size_t n) {
+  auto vector = [&](const std::string& name, std::size_t n, float amplitude, float offset) {
     Stream rng(hash(s.seed, name));
-    w.add_tensor(name, {n}, GgmlType::kF32, encode(GgmlType::kF32, 1, n, rng, s.bias_scale, 0.0f));
+    w.add_tensor(name, {n}, GgmlType::kF32, encode(GgmlType::kF32, 1, n, rng, amplitude, offset));
   };
-  auto norm = [&](const std::string& name) {
-    Stream rng(hash(s.seed, name));
-    w.add_tensor(name, {s.n_embd}, GgmlType::kF32,
-                 encode(GgmlType::kF32, 1, s.n_embd, rng, 0.1f, 1.0f));
-  };
+  auto norm = [&](const std::string& name, std::size_t n) { vector(name, n, 0.1f, 1.0f); };
   {
+    // Rows of amplitude 1, divided by what the architecture multiplies them
+    // by (Gemma sqrt(n_embd), Granite 12), so every stream starts alike.
+    float amplitude = 1.0f;
+    if (arch->embedding_scale_sqrt_dim) amplitude /= std::sqrt(static_cast<float>(s.n_embd));
+    if (arch->granite_scales) amplitude /= kGraniteEmbeddingScale;
     Stream rng(hash(s.seed, "token_embd.weight"));
     w.add_tensor("token_embd.weight", {s.n_embd, s.n_vocab}, s.weight_type,
-                 encode(s.weight_type, s.n_vocab, s.n_embd, rng, 1.0f, 0.0f));
+                 encode(s.weight_type, s.n_vocab, s.n_embd, rng, amplitude, 0.0f));
   }
+  if (arch->long_short_rope_factors) {
+    // Divisors of each pair's frequency, >= 1 as Phi-3's are.
+    vector("rope_factors_long.weight", head_dim / 2, 0.5f, 1.5f);
+    vector("rope_factors_short.weight", head_dim / 2, 0.05f, 1.05f);
+  }
+  const bool bias = arch->qkv_bias == Presence::kRequired;
   for (std::size_t l = 0; l < s.n_layer; ++l) {
     const std::string p = str_cat("blk.", l, ".");
-    norm(p + "attn_norm.weight");
-    matrix(p + "attn_q.weight", s.n_embd, s.n_embd);
-    if (qwen2) bias(p + "attn_q.bias", s.n_embd);
-    matrix(p + "attn_k.weight", s.n_embd, kv_dim);
-    if (qwen2) bias(p + "attn_k.bias", kv_dim);
-    matrix(p + "attn_v.weight", s.n_embd, kv_dim, more_bits(l));
-    if (qwen2) bias(p + "attn_v.bias", kv_dim);
+    if (arch->pre_norms) norm(p + "attn_norm.weight", s.n_embd);
+    if (arch->fused_qkv) {
+      matrix(p + "attn_qkv.weight", s.n_embd, s.n_embd + 2 * kv_dim);
+    } else {
+      matrix(p + "attn_q.weight", s.n_embd, s.n_embd);
+      if (bias) vector(p + "attn_q.bias", s.n_embd, s.bias_scale, 0.0f);
+      matrix(p + "attn_k.weight", s.n_embd, kv_dim);
+      if (bias) vector(p + "attn_k.bias", kv_dim, s.bias_scale, 0.0f);
+      matrix(p + "attn_v.weight", s.n_embd, kv_dim, more_bits(l));
+      if (bias) vector(p + "attn_v.bias", kv_dim, s.bias_scale, 0.0f);
+    }
+    if (arch->qk_norm != QkNorm::kNone) {
+      const bool per_head = arch->qk_norm == QkNorm::kPerHead;
+      norm(p + "attn_q_norm.weight", per_head ? head_dim : s.n_embd);
+      norm(p + "attn_k_norm.weight", per_head ? head_dim : kv_dim);
+    }
     matrix(p + "attn_output.weight", s.n_embd, s.n_embd);
-    norm(p + "ffn_norm.weight");
-    matrix(p + "ffn_gate.weight", s.n_embd, s.n_ff);
-    matrix(p + "ffn_up.weight", s.n_embd, s.n_ff);
+    if (arch->post_norms) norm(p + "post_attention_norm.weight", s.n_embd);
+    if (arch->pre_norms) norm(p + "ffn_norm.weight", s.n_embd);
+    if (arch->fused_gate_up) {
+      matrix(p + "ffn_up.weight", s.n_embd, 2 * s.n_ff);
+    } else {
+      matrix(p + "ffn_gate.weight", s.n_embd, s.n_ff);
+      matrix(p + "ffn_up.weight", s.n_embd, s.n_ff);
+    }
     matrix(p + "ffn_down.weight", s.n_ff, s.n_embd, more_bits(l));
+    if (arch->post_norms) norm(p + "post_ffw_norm.weight", s.n_embd);
   }
-  norm("output_norm.weight");
-  matrix("output.weight", s.n_embd, s.n_vocab, true);
+  norm("output_norm.weight", s.n_embd);
+  if (!arch->tied_output) matrix("output.weight", s.n_embd, s.n_vocab, true);
   return w.serialize();
 }
 

@@ -1,12 +1,13 @@
 // Deterministic synthetic llama models: the server's built-in demo model and
 // the shapes every speed benchmark runs on (`hearth-model synth`).
 //
-// Two architectures: "llama" (the default) and "qwen2", which writes its
-// hyperparameters under `qwen2.*` and adds F32 biases to the q, k and v
-// projections (blk.N.attn_{q,k,v}.bias, uniform in [-bias_scale,
-// bias_scale]); the engine runs qwen2 with NeoX-style rotary pairing. Every
-// other tensor is the same for both architectures given the same spec and
-// seed (each tensor's stream is seeded from the seed and its name).
+// Every architecture of engine/architecture.h: the file holds the tensors
+// and keys its entry names (fused projections, q/k norms, post-norms, rope
+// factors, biases for qwen2, Gemma 2's soft-capping values, Granite's scales,
+// a sliding window where spec.sliding_window asks for one, Gemma 3's global
+// layers with linear rope scaling 8 and freq_base 1e6). Tensors the
+// architectures share are the same given the same spec and seed (each
+// tensor's stream is seeded from the seed and its name).
 //
 // The weights are pseudo-random (uniform, scaled by 1/sqrt(fan-in) so
 // activations keep their magnitude through the layers); the vocabulary is a
@@ -42,8 +43,11 @@ struct SyntheticModelSpec {
   // and attn_v and ffn_down of some layers).
   bool medium_mix = false;
   std::uint64_t seed = 1;
-  std::string architecture = "llama";  // "llama" or "qwen2"
+  std::string architecture = "llama";  // any name engine/architecture.h lists
   float bias_scale = 0.5f;             // qwen2: amplitude of the q/k/v biases (0: all zero)
+  // {arch}.attention.sliding_window (0: not written); for the architectures
+  // that allow one.
+  std::size_t sliding_window = 0;
   // A real "llama" (SentencePiece) vocabulary instead of the built-in one,
   // for benchmarks whose cost depends on the tokens (structured output's
   // masks): pieces, scores and token types of equal length, which then
@@ -66,7 +70,7 @@ absl::StatusOr<SyntheticModelSpec::Vocabulary> vocabulary_of(const GgufFile& fil
 
 // The whole GGUF file in memory. InvalidArgument names an inconsistent field
 // (heads not dividing the width, a block type with rows not a multiple of 32,
-// an architecture other than llama or qwen2...).
+// an unknown architecture, a window the architecture does not take...).
 absl::StatusOr<std::string> synthesize_model(const SyntheticModelSpec& spec);
 
 }  // namespace hearth::engine

@@ -9,6 +9,7 @@
 #include "kernels/fp16.h"
 #include "kernels/gguf_blocks.h"
 #include "kernels/gguf_kquants.h"
+#include "kernels/gguf_legacy_blocks.h"
 
 namespace hearth::engine {
 namespace {
@@ -83,11 +84,27 @@ absl::StatusOr<std::vector<float>> to_float(const GgufFile& f, const GgufTensorI
     case GgmlType::kQ6_K:
       dequantize_row_q6_k(reinterpret_cast<const BlockQ6_K*>(t.data), out.data(), n);
       break;
+    case GgmlType::kQ4_1:
+      kernels::dequantize_row_q4_1(reinterpret_cast<const kernels::BlockQ4_1*>(t.data), out.data(),
+                                   n);
+      break;
+    case GgmlType::kQ5_0:
+      kernels::dequantize_row_q5_0(reinterpret_cast<const kernels::BlockQ5_0*>(t.data), out.data(),
+                                   n);
+      break;
+    case GgmlType::kQ5_1:
+      kernels::dequantize_row_q5_1(reinterpret_cast<const kernels::BlockQ5_1*>(t.data), out.data(),
+                                   n);
+      break;
+    case GgmlType::kIQ4_NL:
+      kernels::dequantize_row_iq4_nl(reinterpret_cast<const kernels::BlockIQ4_NL*>(t.data),
+                                     out.data(), n);
+      break;
     default:
-      return bad_tensor(
-          f, t,
-          str_cat("type ", ggml_type_name(t.type),
-                  " is not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K)"));
+      return bad_tensor(f, t,
+                        str_cat("type ", ggml_type_name(t.type),
+                                " is not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, "
+                                "Q6_K; Q4_1, Q5_0, Q5_1 and IQ4_NL as Q8_0)"));
   }
   return out;
 }
@@ -95,6 +112,29 @@ absl::StatusOr<std::vector<float>> to_float(const GgufFile& f, const GgufTensorI
 std::vector<kernels::BlockQ8_0> to_q8_0(const std::vector<float>& x) {
   std::vector<kernels::BlockQ8_0> q(x.size() / 32);
   kernels::quantize_row_q8_0(x.data(), q.data(), x.size());
+  return q;
+}
+
+// The older block types run as Q8_0 (kernels/gguf_legacy_blocks.h): Q5_0 and
+// IQ4_NL exactly, Q4_1 and Q5_1 decoded and re-quantized.
+bool runs_as_q8_0(GgmlType t) {
+  return t == GgmlType::kQ4_1 || t == GgmlType::kQ5_0 || t == GgmlType::kQ5_1 ||
+         t == GgmlType::kIQ4_NL;
+}
+
+absl::StatusOr<std::vector<kernels::BlockQ8_0>> legacy_to_q8_0(const GgufFile& f,
+                                                               const GgufTensorInfo& t) {
+  std::vector<kernels::BlockQ8_0> q(t.n_elements / 32);
+  if (t.type == GgmlType::kQ5_0) {
+    kernels::convert_row_q5_0_to_q8_0(reinterpret_cast<const kernels::BlockQ5_0*>(t.data), q.data(),
+                                      t.n_elements);
+  } else if (t.type == GgmlType::kIQ4_NL) {
+    kernels::convert_row_iq4_nl_to_q8_0(reinterpret_cast<const kernels::BlockIQ4_NL*>(t.data),
+                                        q.data(), t.n_elements);
+  } else {
+    HEARTH_ASSIGN_OR_RETURN(auto x, to_float(f, t));
+    q = to_q8_0(x);
+  }
   return q;
 }
 
@@ -107,8 +147,41 @@ struct Loader {
   absl::StatusOr<Linear> linear(const std::string& name, std::size_t n_in, std::size_t n_out,
                                 bool keep_pages = false) {
     HEARTH_ASSIGN_OR_RETURN(auto t, find(f, name));
-    const GgufTensorInfo& ti = *t;
-    if (auto s = check_shape(f, ti, n_in, n_out); !s.ok()) return s;
+    if (auto s = check_shape(f, *t, n_in, n_out); !s.ok()) return s;
+    auto l = build(*t, n_in, n_out);
+    if (!keep_pages) f.release_pages(*t);
+    return l;
+  }
+
+  // A fused tensor's consecutive row ranges, each its own projection (Phi-3's
+  // attn_qkv and gate+up): a row is whole blocks, so a range is a slice.
+  absl::Status linear_parts(const std::string& name, std::size_t n_in,
+                            std::initializer_list<std::size_t> parts, std::vector<Linear>& out) {
+    HEARTH_ASSIGN_OR_RETURN(auto t, find(f, name));
+    std::size_t rows = 0;
+    for (std::size_t p : parts) rows += p;
+    if (auto s = check_shape(f, *t, n_in, rows); !s.ok()) return s;
+    std::size_t block_elems = 0, block_bytes = 0;
+    if (!ggml_type_block(t->type, &block_elems, &block_bytes) || n_in % block_elems != 0)
+      return bad_tensor(f, *t, "cannot be split into row ranges");
+    const std::size_t row_bytes = n_in / block_elems * block_bytes;
+    std::size_t row0 = 0;
+    for (std::size_t p : parts) {
+      GgufTensorInfo slice = *t;
+      slice.dims[1] = p;
+      slice.n_elements = p * n_in;
+      slice.n_bytes = p * row_bytes;
+      slice.data = t->data + row0 * row_bytes;
+      HEARTH_ASSIGN_OR_RETURN(auto l, build(slice, n_in, p));
+      out.push_back(std::move(l));
+      row0 += p;
+    }
+    f.release_pages(*t);
+    return absl::OkStatus();
+  }
+
+  // The projection of tensor `ti` (shape checked by the caller).
+  absl::StatusOr<Linear> build(const GgufTensorInfo& ti, std::size_t n_in, std::size_t n_out) {
     absl::StatusOr<Linear> l = absl::InternalError("unset");
     const bool is_float =
         ti.type == GgmlType::kF32 || ti.type == GgmlType::kF16 || ti.type == GgmlType::kBF16;
@@ -165,6 +238,14 @@ struct Loader {
                                      : Linear::from_q8_0(to_q8_0(x).data(), n_out, n_in);
           break;
         }
+        case GgmlType::kQ4_1:
+        case GgmlType::kQ5_0:
+        case GgmlType::kQ5_1:
+        case GgmlType::kIQ4_NL: {
+          HEARTH_ASSIGN_OR_RETURN(auto q, legacy_to_q8_0(f, ti));
+          l = Linear::from_q8_0(q.data(), n_out, n_in);
+          break;
+        }
         default:
           // to_float() refuses every type not handled above, naming it.
           return to_float(f, ti).status();
@@ -172,10 +253,10 @@ struct Loader {
     }
     if (!l.ok()) return bad_tensor(f, ti, std::string(l.status().message()));
     std::string type = ggml_type_name(ti.type);
+    if (runs_as_q8_0(ti.type)) type += "->Q8_0";
     if (converted) type += options.convert == LoadOptions::Convert::kQ8_0 ? "->Q8_0" : "->Q4_0";
     ++type_counts[type];
     packed_bytes += l->weight_bytes();
-    if (!keep_pages) f.release_pages(ti);
     return l;
   }
 
@@ -192,6 +273,69 @@ struct Loader {
   }
 };
 
+// One layer's tensors, as the architecture's entry names them.
+absl::StatusOr<LayerWeights> load_layer(Loader& ld, const ModelConfig& c, const std::string& p) {
+  const ArchitectureSpec& arch = *c.arch;
+  const std::size_t d = c.n_embd;
+  std::vector<Linear> qkv, gate_up;
+  if (arch.fused_qkv) {
+    HEARTH_RETURN_IF_ERROR(
+        ld.linear_parts(p + "attn_qkv.weight", d, {c.q_dim(), c.kv_dim(), c.kv_dim()}, qkv));
+  } else {
+    for (const char* name : {"attn_q", "attn_k", "attn_v"}) {
+      const std::size_t rows = name[5] == 'q' ? c.q_dim() : c.kv_dim();
+      HEARTH_ASSIGN_OR_RETURN(auto l, ld.linear(p + name + ".weight", d, rows));
+      qkv.push_back(std::move(l));
+    }
+  }
+  if (arch.fused_gate_up) {
+    HEARTH_RETURN_IF_ERROR(ld.linear_parts(p + "ffn_up.weight", d, {c.n_ff, c.n_ff}, gate_up));
+  } else {
+    for (const char* name : {"ffn_gate", "ffn_up"}) {
+      HEARTH_ASSIGN_OR_RETURN(auto l, ld.linear(p + name + ".weight", d, c.n_ff));
+      gate_up.push_back(std::move(l));
+    }
+  }
+  HEARTH_ASSIGN_OR_RETURN(auto wo, ld.linear(p + "attn_output.weight", c.q_dim(), d));
+  HEARTH_ASSIGN_OR_RETURN(auto wd, ld.linear(p + "ffn_down.weight", c.n_ff, d));
+  LayerWeights L{std::move(qkv[0]),
+                 std::move(qkv[1]),
+                 std::move(qkv[2]),
+                 std::move(wo),
+                 std::move(gate_up[0]),
+                 std::move(gate_up[1]),
+                 std::move(wd),
+                 {},
+                 {},
+                 {},
+                 {},
+                 {},
+                 {},
+                 {},
+                 {},
+                 {}};
+  auto vec = [&](std::vector<float>& out, const char* name, std::size_t n,
+                 bool wanted) -> absl::Status {
+    if (!wanted) return absl::OkStatus();
+    HEARTH_ASSIGN_OR_RETURN(out, ld.vector(p + name + ".weight", n));
+    return absl::OkStatus();
+  };
+  HEARTH_RETURN_IF_ERROR(vec(L.attn_norm, "attn_norm", d, arch.pre_norms));
+  HEARTH_RETURN_IF_ERROR(vec(L.ffn_norm, "ffn_norm", d, arch.pre_norms));
+  HEARTH_RETURN_IF_ERROR(vec(L.post_attn_norm, "post_attention_norm", d, arch.post_norms));
+  HEARTH_RETURN_IF_ERROR(vec(L.post_ffn_norm, "post_ffw_norm", d, arch.post_norms));
+  const bool per_head = arch.qk_norm == QkNorm::kPerHead;
+  const bool qk = arch.qk_norm != QkNorm::kNone;
+  HEARTH_RETURN_IF_ERROR(vec(L.q_norm, "attn_q_norm", per_head ? c.head_dim : c.q_dim(), qk));
+  HEARTH_RETURN_IF_ERROR(vec(L.k_norm, "attn_k_norm", per_head ? c.head_dim : c.kv_dim(), qk));
+  if (c.attn_bias) {
+    HEARTH_ASSIGN_OR_RETURN(L.bq, ld.vector(p + "attn_q.bias", c.q_dim()));
+    HEARTH_ASSIGN_OR_RETURN(L.bk, ld.vector(p + "attn_k.bias", c.kv_dim()));
+    HEARTH_ASSIGN_OR_RETURN(L.bv, ld.vector(p + "attn_v.bias", c.kv_dim()));
+  }
+  return L;
+}
+
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<const ModelWeights>> ModelWeights::load(
@@ -205,28 +349,8 @@ absl::StatusOr<std::shared_ptr<const ModelWeights>> ModelWeights::load(
   Loader ld{f, options, {}, 0};
 
   for (std::size_t i = 0; i < c.n_layer; ++i) {
-    const std::string p = str_cat("blk.", i, ".");
-    auto attn_norm = ld.vector(p + "attn_norm.weight", c.n_embd);
-    auto ffn_norm = ld.vector(p + "ffn_norm.weight", c.n_embd);
-    auto wq = ld.linear(p + "attn_q.weight", c.n_embd, c.q_dim());
-    auto wk = ld.linear(p + "attn_k.weight", c.n_embd, c.kv_dim());
-    auto wv = ld.linear(p + "attn_v.weight", c.n_embd, c.kv_dim());
-    auto wo = ld.linear(p + "attn_output.weight", c.q_dim(), c.n_embd);
-    auto wg = ld.linear(p + "ffn_gate.weight", c.n_embd, c.n_ff);
-    auto wu = ld.linear(p + "ffn_up.weight", c.n_embd, c.n_ff);
-    auto wd = ld.linear(p + "ffn_down.weight", c.n_ff, c.n_embd);
-    auto bq = ld.vector(p + "attn_q.bias", c.q_dim(), !c.attn_bias);
-    auto bk = ld.vector(p + "attn_k.bias", c.kv_dim(), !c.attn_bias);
-    auto bv = ld.vector(p + "attn_v.bias", c.kv_dim(), !c.attn_bias);
-    for (const absl::Status& s :
-         {attn_norm.status(), ffn_norm.status(), wq.status(), wk.status(), wv.status(), wo.status(),
-          wg.status(), wu.status(), wd.status(), bq.status(), bk.status(), bv.status()}) {
-      if (!s.ok()) return s;
-    }
-    w->layers_.push_back(LayerWeights{std::move(*attn_norm), std::move(*ffn_norm), std::move(*wq),
-                                      std::move(*wk), std::move(*wv), std::move(*wo),
-                                      std::move(*wg), std::move(*wu), std::move(*wd),
-                                      std::move(*bq), std::move(*bk), std::move(*bv)});
+    HEARTH_ASSIGN_OR_RETURN(auto layer, load_layer(ld, c, str_cat("blk.", i, ".")));
+    w->layers_.push_back(std::move(layer));
   }
   HEARTH_ASSIGN_OR_RETURN(auto norm, ld.vector("output_norm.weight", c.n_embd));
   w->output_norm_ = std::move(norm);
@@ -261,10 +385,14 @@ absl::StatusOr<std::shared_ptr<const ModelWeights>> ModelWeights::load(
       w->embedding_type_ = kernels::DType::kQ6_K;
       break;
     default: {
-      HEARTH_ASSIGN_OR_RETURN(auto x, to_float(f, et));
-      if (c.n_embd % 32 != 0)
-        return bad_tensor(f, et, "K-quant embedding rows must be a multiple of 32");
-      const auto q = to_q8_0(x);
+      std::vector<kernels::BlockQ8_0> q;
+      if (runs_as_q8_0(et.type)) {
+        HEARTH_ASSIGN_OR_RETURN(q, legacy_to_q8_0(f, et));
+      } else {
+        HEARTH_ASSIGN_OR_RETURN(auto x, to_float(f, et));
+        if (c.n_embd % 32 != 0) return bad_tensor(f, et, "embedding rows must be a multiple of 32");
+        q = to_q8_0(x);
+      }
       w->embedding_converted_.resize(q.size() * sizeof(kernels::BlockQ8_0));
       std::memcpy(w->embedding_converted_.data(), q.data(), w->embedding_converted_.size());
       w->embedding_type_ = kernels::DType::kQ8_0;
@@ -282,8 +410,11 @@ absl::StatusOr<std::shared_ptr<const ModelWeights>> ModelWeights::load(
   w->output_.emplace(std::move(*out));
 
   if (c.has_rope_freq_factors) {
-    HEARTH_ASSIGN_OR_RETURN(auto rf, ld.vector("rope_freqs.weight", c.rope_dim / 2));
-    w->rope_freqs_ = std::move(rf);
+    HEARTH_ASSIGN_OR_RETURN(w->rope_freqs_, ld.vector("rope_freqs.weight", c.rope_dim / 2));
+  }
+  if (c.rope_original_context != 0) {
+    HEARTH_ASSIGN_OR_RETURN(w->rope_long_, ld.vector("rope_factors_long.weight", c.rope_dim / 2));
+    HEARTH_ASSIGN_OR_RETURN(w->rope_short_, ld.vector("rope_factors_short.weight", c.rope_dim / 2));
   }
   w->packed_bytes_ = ld.packed_bytes;
   int best = 0;

@@ -1,11 +1,11 @@
 // A model's weights, loaded once and shared read-only by every warm instance.
 //
-// Projections become kernels::Linear objects in the layout their kernel wants
-// (packed at load). F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K run
-// natively (the K-quants without loss; Q4_K's and Q5_K's 6-bit scales are
-// stored as bytes: 1.02-1.03x their file size). Any other
-// type is refused by name. The embedding table is read in place from the
-// mapped file when its type is native.
+// The tensors loaded are those the architecture's entry names
+// (engine/architecture.h). Projections become kernels::Linear objects in the layout their kernel
+// wants (packed at load). F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K and Q6_K run natively (the
+// K-quants without loss; Q4_K's and Q5_K's 6-bit scales are stored as bytes: 1.02-1.03x their file
+// size). Any other type is refused by name. The embedding table is read in place from the mapped
+// file when its type is native.
 //
 // Thread safety: immutable after load(); every method is const and safe from
 // any thread. Owned through std::shared_ptr by the Modules that use it.
@@ -36,11 +36,16 @@ struct LoadOptions {
   bool kquants_as_f32 = false;
 };
 
-// Aggregate-initialised by the loader (Linear has no empty state).
+// Aggregate-initialised by the loader (Linear has no empty state). Which of
+// the vectors are filled follows the architecture (engine/architecture.h);
+// fused files (attn_qkv, gate+up in ffn_up) are split into the separate
+// projections at load, so the forward pass sees one shape.
 struct LayerWeights {
-  std::vector<float> attn_norm, ffn_norm;
   kernels::Linear wq, wk, wv, wo, w_gate, w_up, w_down;
-  std::vector<float> bq, bk, bv;  // qwen2 only; empty otherwise
+  std::vector<float> attn_norm, ffn_norm;            // empty without pre-norms (OLMo 2)
+  std::vector<float> bq, bk, bv;                     // empty without biases
+  std::vector<float> q_norm, k_norm;                 // empty without q/k norms
+  std::vector<float> post_attn_norm, post_ffn_norm;  // empty without post-norms
 };
 
 class ModelWeights {
@@ -58,6 +63,10 @@ class ModelWeights {
   kernels::DType embedding_type() const { return embedding_type_; }
   // llama3 rope frequency factors (rot_dim/2 values), or empty.
   const std::vector<float>& rope_freq_factors() const { return rope_freqs_; }
+  // Phi-3's factors for sequences whose context is within / beyond the
+  // original context (config().rope_original_context), or empty.
+  const std::vector<float>& rope_factors_short() const { return rope_short_; }
+  const std::vector<float>& rope_factors_long() const { return rope_long_; }
 
   // Bytes the projections read per token (the packed weights) and bytes of the
   // mapped file; a summary of tensor types ("Q8_0 x 154, F32 x 45").
@@ -78,7 +87,7 @@ class ModelWeights {
   const void* embedding_ = nullptr;
   kernels::DType embedding_type_ = kernels::DType::kF32;
   std::vector<std::uint8_t> embedding_converted_;  // when the file's type is not native
-  std::vector<float> rope_freqs_;
+  std::vector<float> rope_freqs_, rope_short_, rope_long_;
   std::size_t packed_bytes_ = 0;
   std::string type_summary_;
   std::string quantization_;

@@ -45,6 +45,19 @@ void swiglu_scalar(const float* gate, const float* up, std::size_t n, float* out
   }
 }
 
+// gelu(g) = 0.5 g (1 + tanh(u)) = g / (1 + exp(-2u)),  u = sqrt(2/pi) (g + 0.044715 g^3)
+void geglu_scalar(const float* gate, const float* up, std::size_t n, float* out) {
+  for (std::size_t i = 0; i < n; ++i) {
+    const float g = gate[i];
+    const float z = kGeluTwiceSqrt2OverPi * (g + kGeluCubic * g * g * g);
+    out[i] = g / (1.0f + std::exp(-z)) * up[i];
+  }
+}
+
+void softcap_scalar(float* x, std::size_t n, float cap) {
+  for (std::size_t i = 0; i < n; ++i) x[i] = cap * std::tanh(x[i] / cap);
+}
+
 void softmax_row_scalar(float* x, std::size_t n) {
   float max = x[0];
   for (std::size_t i = 1; i < n; ++i) max = x[i] > max ? x[i] : max;
@@ -111,9 +124,10 @@ void dequant_bf16_scalar(const std::uint16_t* in, float* y, std::size_t n) {
 }  // namespace
 
 const ActivationOpsKernels kActivationOpsScalar = {
-    rms_norm_row_scalar, swiglu_scalar,       softmax_row_scalar, exp_scalar,
-    add_scalar,          scale_scalar,        rope_normal_scalar, rope_neox_scalar,
-    dequant_q8_0_scalar, dequant_q4_0_scalar, dequant_f16_scalar, dequant_bf16_scalar,
+    rms_norm_row_scalar, swiglu_scalar,       geglu_scalar,        softcap_scalar,
+    softmax_row_scalar,  exp_scalar,          add_scalar,          scale_scalar,
+    rope_normal_scalar,  rope_neox_scalar,    dequant_q8_0_scalar, dequant_q4_0_scalar,
+    dequant_f16_scalar,  dequant_bf16_scalar,
 };
 
 const ActivationOpsKernels& activation_ops_kernels() {
@@ -173,8 +187,8 @@ void rope_token(const ActivationOpsKernels& k, float* x, std::size_t n_heads, st
     for (std::size_t i = 0; i < m; ++i) {
       const float ff = cfg.freq_factors != nullptr ? cfg.freq_factors[b + i] : 1.0f;
       const float t = cfg.freq_scale * (theta / ff);
-      cs[i] = std::cos(t);
-      sn[i] = std::sin(t);
+      cs[i] = std::cos(t) * cfg.attn_factor;
+      sn[i] = std::sin(t) * cfg.attn_factor;
       theta *= theta_scale;
     }
     if (cfg.style == RopeStyle::kNormal) {
@@ -226,6 +240,17 @@ void swiglu(const float* gate, const float* up, std::size_t n, float* out, Threa
   const ActivationOpsKernels& k = internal::activation_ops_kernels();
   for_elements(pool, n,
                [&](std::size_t b, std::size_t e) { k.swiglu(gate + b, up + b, e - b, out + b); });
+}
+
+void geglu(const float* gate, const float* up, std::size_t n, float* out, ThreadPool* pool) {
+  const ActivationOpsKernels& k = internal::activation_ops_kernels();
+  for_elements(pool, n,
+               [&](std::size_t b, std::size_t e) { k.geglu(gate + b, up + b, e - b, out + b); });
+}
+
+void softcap(float* x, std::size_t n, float cap, ThreadPool* pool) {
+  const ActivationOpsKernels& k = internal::activation_ops_kernels();
+  for_elements(pool, n, [&](std::size_t b, std::size_t e) { k.softcap(x + b, e - b, cap); });
 }
 
 void softmax(float* x, std::size_t rows, std::size_t n, ThreadPool* pool) {

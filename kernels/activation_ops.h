@@ -70,6 +70,9 @@ struct RopeConfig {
   // Optional per-pair divisors, rot_dim/2 of them (llama3's rope_freqs tensor,
   // "rope_freqs.weight" in GGUF). nullptr = all 1.
   const float* freq_factors = nullptr;
+  // Multiplies cos and sin (ggml's attn_factor / YaRN mscale; Phi-3's
+  // long-rope scaling): the rotated dimensions come out scaled by it.
+  float attn_factor = 1.0f;
 };
 
 // Rotates each head of each token in place. x is [tokens][n_heads * head_dim]
@@ -109,6 +112,19 @@ void rope(float* x, std::size_t tokens, std::size_t n_heads, std::size_t head_di
 // below: relative error <= kExpMaxRelError + 3 * 2^-24.
 void swiglu(const float* gate, const float* up, std::size_t n, float* out,
             ThreadPool* pool = nullptr);
+
+// out[i] = gelu(gate[i]) * up[i] with GELU's tanh approximation
+// (Gemma's "gelu_pytorch_tanh"; ggml_gelu, which llama.cpp's CPU backend
+// reads from an fp16 table, differs from it by up to ~1e-3 relative):
+//   gelu(g) = 0.5 g (1 + tanh(sqrt(2/pi) (g + 0.044715 g^3))),
+// computed as g / (1 + exp(-2u)). out may be gate or up. Error as swiglu's.
+void geglu(const float* gate, const float* up, std::size_t n, float* out,
+           ThreadPool* pool = nullptr);
+
+// In place: x[i] <- cap * tanh(x[i] / cap) (Gemma 2's logit soft-capping),
+// cap > 0. The scalar path is std::tanh; the SIMD paths compute tanh from
+// the vectorised exp, absolute error <= 4e-7 * cap.
+void softcap(float* x, std::size_t n, float cap, ThreadPool* pool = nullptr);
 
 // In place, for each of `rows` rows of length n (n >= 1):
 //   x[i] <- exp(x[i] - max) / sum_j exp(x[j] - max)

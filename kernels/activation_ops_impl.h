@@ -18,10 +18,17 @@ namespace hearth::kernels::internal {
 // rotations in blocks of this many); lets the SIMD paths keep tables on the stack.
 inline constexpr std::size_t kRopeMaxPairs = 64;
 
+// GELU's tanh approximation as a logistic: gelu(g) = g / (1 + exp(-z)) with
+// z = 2 sqrt(2/pi) (g + 0.044715 g^3) (0.5 (1 + tanh(u)) = 1 / (1 + exp(-2u))).
+inline constexpr float kGeluTwiceSqrt2OverPi = 1.5957691216057308f;
+inline constexpr float kGeluCubic = 0.044715f;
+
 struct ActivationOpsKernels {
   // One row of rms_norm (w may be nullptr).
   void (*rms_norm_row)(const float* x, const float* w, std::size_t dim, float eps, float* y);
   void (*swiglu)(const float* gate, const float* up, std::size_t n, float* out);
+  void (*geglu)(const float* gate, const float* up, std::size_t n, float* out);
+  void (*softcap)(float* x, std::size_t n, float cap);
   void (*softmax_row)(float* x, std::size_t n);
   void (*exp)(const float* x, std::size_t n, float* y);
   void (*add)(float* y, const float* x, std::size_t n);

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "kernels/activation_ops.h"
 #include "kernels/cpu_features.h"
 #include "kernels/sdpa_impl.h"
 
@@ -147,6 +148,7 @@ struct Problem {
   float* out;
   std::size_t n_tokens, start_pos, n_heads, group, head_dim;
   float scale;
+  AttentionOptions options;
   AttentionKernels kernels;
   // Work decomposition.
   std::size_t tokens_per_block, n_qblocks, splits, max_rows;
@@ -223,10 +225,30 @@ float row_sum(const float* x, std::size_t n) {
   return ((part[0] + part[1]) + (part[2] + part[3])) + ((part[4] + part[5]) + (part[6] + part[7]));
 }
 
+// The first position a query at `pos` sees: 0, or the start of its window.
+std::size_t window_start(const Problem& p, std::size_t pos) {
+  const std::size_t w = p.options.window;
+  return w != 0 && pos >= w ? pos - w + 1 : 0;
+}
+
+// Soft-caps and window-masks the tile's score rows [r0, r1) (tile positions
+// p0 ..): a masked score is -inf, which the softmax turns into weight 0.
+void shape_scores(const Problem& p, std::size_t t0, std::size_t r0, std::size_t r1, std::size_t p0,
+                  std::size_t n, float* s) {
+  const float cap = p.options.softcap;
+  for (std::size_t r = r0; r < r1; ++r) {
+    float* row = s + r * kKvTile;
+    if (cap > 0.0f) softcap(row, n, cap);
+    const std::size_t lo = window_start(p, p.start_pos + t0 + r / p.group);
+    for (std::size_t j = 0; p0 + j < lo && j < n; ++j)
+      row[j] = -std::numeric_limits<float>::infinity();
+  }
+}
+
 // Item = (kv head g, query block qb, split sp): attends the block's query rows
 // (all G heads of group g for tokens [t0, t1)) to the split's share of
-// positions [0, start_pos + t1). With one split the result goes to out;
-// otherwise the unnormalised state goes to `partial`.
+// positions [window_start(start_pos + t0), start_pos + t1). With one split
+// the result goes to out; otherwise the unnormalised state goes to `partial`.
 template <typename T>
 void run_item(const Problem& p, const KvArrays<T>& kv, std::size_t item, std::size_t splits,
               const ChunkScratch& c, float* partial) {
@@ -238,8 +260,10 @@ void run_item(const Problem& p, const KvArrays<T>& kv, std::size_t item, std::si
   const std::size_t t1 =
       t0 + p.tokens_per_block < p.n_tokens ? t0 + p.tokens_per_block : p.n_tokens;
   const std::size_t rows = (t1 - t0) * G;
-  const std::size_t kv_end = p.start_pos + t1;
-  const std::size_t begin = kv_end * sp / splits, end = kv_end * (sp + 1) / splits;
+  const std::size_t kv_begin = window_start(p, p.start_pos + t0), kv_end = p.start_pos + t1;
+  const std::size_t span = kv_end - kv_begin;
+  const std::size_t begin = kv_begin + span * sp / splits;
+  const std::size_t end = kv_begin + span * (sp + 1) / splits;
   const std::size_t q_stride = p.n_heads * hd;
 
   // Rows are token-major (row = (t - t0) * G + head in group), so the rows
@@ -271,11 +295,18 @@ void run_item(const Problem& p, const KvArrays<T>& kv, std::size_t item, std::si
     // Token t sees positions <= start_pos + t: the first token that sees p0.
     const std::size_t t_first = p0 > p.start_pos && p0 - p.start_pos > t0 ? p0 - p.start_pos : t0;
     const std::size_t r0 = (t_first - t0) * G;
-    const std::size_t active = rows - r0;
+    // With a window, the tokens whose window starts past this tile (a
+    // suffix of the block) see none of it.
+    std::size_t t_end = t1;
+    while (t_end > t_first && window_start(p, p.start_pos + t_end - 1) >= p0 + n) --t_end;
+    const std::size_t r1 = (t_end - t0) * G;
+    if (r1 <= r0) continue;
+    const std::size_t active = r1 - r0;
     score_tile(p.kernels, kv, head_row + p0, c.q + r0 * hd, hd, c.q_sum + r0, active, n,
                c.s + r0 * kKvTile);
+    if (p.options.softcap > 0.0f || p.options.window != 0) shape_scores(p, t0, r0, r1, p0, n, c.s);
     const float* v_scale = kv.v_scale != nullptr ? kv.v_scale + head_row + p0 : nullptr;
-    for (std::size_t r = r0; r < rows; ++r) {
+    for (std::size_t r = r0; r < r1; ++r) {
       const std::size_t visible = p.start_pos + t0 + r / G + 1 - p0;
       c.corr[r] = p.kernels.softmax_row(c.s + r * kKvTile, visible < n ? visible : n, n, v_scale,
                                         &m[r], &l[r]);
@@ -326,7 +357,10 @@ void merge_splits(const Problem& p, std::size_t base_item, const float* partials
 template <typename View>
 absl::Status validate(const float* q, std::size_t n_tokens, std::size_t start_pos,
                       std::size_t n_heads, const View& kv, bool null_cache, float scale,
-                      const float* out) {
+                      const float* out, const AttentionOptions& options) {
+  if (!(options.softcap >= 0.0f) || !std::isfinite(options.softcap))
+    return absl::InvalidArgumentError(
+        absl::StrCat("sdpa: options.softcap ", options.softcap, " must be finite and >= 0"));
   if (absl::Status s = validate_kv_layout(kv.layout); !s.ok())
     return absl::InvalidArgumentError(absl::StrCat("sdpa: kv.layout: ", s.message()));
   const KvLayout& l = kv.layout;
@@ -354,7 +388,7 @@ absl::Status validate(const float* q, std::size_t n_tokens, std::size_t start_po
 template <typename T>
 absl::Status run(const float* q, std::size_t n_tokens, std::size_t start_pos, std::size_t n_heads,
                  const KvArrays<T>& kv, float scale, float* out, MemoryAllocator& scratch,
-                 ThreadPool* pool) {
+                 ThreadPool* pool, const AttentionOptions& options) {
   if (n_tokens == 0) return absl::OkStatus();
   const KvLayout& layout = kv.layout;
   Problem p;
@@ -366,6 +400,7 @@ absl::Status run(const float* q, std::size_t n_tokens, std::size_t start_pos, st
   p.group = n_heads / layout.n_kv_heads;
   p.head_dim = layout.head_dim;
   p.scale = scale;
+  p.options = options;
   p.kernels = select_kernels(layout.head_dim);
   p.tokens_per_block = p.group >= kMaxRows ? 1 : kMaxRows / p.group;
   if (p.tokens_per_block > n_tokens) p.tokens_per_block = n_tokens;
@@ -423,22 +458,24 @@ absl::Status run(const float* q, std::size_t n_tokens, std::size_t start_pos, st
 
 absl::Status sdpa(const float* q, std::size_t n_tokens, std::size_t start_pos, std::size_t n_heads,
                   const QuantizedKvView& kv, float scale, float* out, MemoryAllocator& scratch,
-                  ThreadPool* pool) {
+                  ThreadPool* pool, const AttentionOptions& options) {
   const bool null_cache = kv.k == nullptr || kv.v == nullptr || kv.k_scale == nullptr ||
                           kv.v_scale == nullptr || kv.k_zero == nullptr || kv.v_zero == nullptr;
-  HEARTH_RETURN_IF_ERROR(validate(q, n_tokens, start_pos, n_heads, kv, null_cache, scale, out));
+  HEARTH_RETURN_IF_ERROR(
+      validate(q, n_tokens, start_pos, n_heads, kv, null_cache, scale, out, options));
   const KvArrays<std::int8_t> arrays{kv.k,      kv.v,      kv.k_scale, kv.v_scale,
                                      kv.k_zero, kv.v_zero, kv.layout};
-  return run(q, n_tokens, start_pos, n_heads, arrays, scale, out, scratch, pool);
+  return run(q, n_tokens, start_pos, n_heads, arrays, scale, out, scratch, pool, options);
 }
 
 absl::Status sdpa(const float* q, std::size_t n_tokens, std::size_t start_pos, std::size_t n_heads,
                   const FloatKvView& kv, float scale, float* out, MemoryAllocator& scratch,
-                  ThreadPool* pool) {
+                  ThreadPool* pool, const AttentionOptions& options) {
   const bool null_cache = kv.k == nullptr || kv.v == nullptr;
-  HEARTH_RETURN_IF_ERROR(validate(q, n_tokens, start_pos, n_heads, kv, null_cache, scale, out));
+  HEARTH_RETURN_IF_ERROR(
+      validate(q, n_tokens, start_pos, n_heads, kv, null_cache, scale, out, options));
   const KvArrays<float> arrays{kv.k, kv.v, nullptr, nullptr, nullptr, nullptr, kv.layout};
-  return run(q, n_tokens, start_pos, n_heads, arrays, scale, out, scratch, pool);
+  return run(q, n_tokens, start_pos, n_heads, arrays, scale, out, scratch, pool, options);
 }
 
 }  // namespace hearth::kernels

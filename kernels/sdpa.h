@@ -44,6 +44,13 @@
 // thread count, never on start_pos. No heap allocation. pool may be nullptr
 // (run on the caller); small problems run on the caller anyway.
 //
+// Options (AttentionOptions): a sliding window limits each query to the
+// `window` most recent positions, its own included (position p is seen from
+// position i when i - window < p <= i, as llama.cpp's SWA mask); the tiles
+// before the first row's window are skipped, and positions before a row's
+// window inside a tile are masked. Soft-capping (Gemma 2) replaces each score
+// s (already scaled) by softcap * tanh(s / softcap) before the softmax.
+//
 // Errors: InvalidArgument naming the field (n_heads not a multiple of
 // n_kv_heads, start_pos + n_tokens > max_seq, null pointers, invalid layout,
 // non-finite scale); ResourceExhausted if scratch cannot be allocated.
@@ -59,14 +66,19 @@
 
 namespace hearth::kernels {
 
+struct AttentionOptions {
+  std::size_t window = 0;  // sliding window in positions; 0: every earlier position
+  float softcap = 0.0f;    // score soft-capping; 0: none (must be finite and >= 0)
+};
+
 // Attention over an int8 cache.
 absl::Status sdpa(const float* q, std::size_t n_tokens, std::size_t start_pos, std::size_t n_heads,
                   const QuantizedKvView& kv, float scale, float* out, MemoryAllocator& scratch,
-                  ThreadPool* pool);
+                  ThreadPool* pool, const AttentionOptions& options = {});
 
 // Attention over a float cache (same contract).
 absl::Status sdpa(const float* q, std::size_t n_tokens, std::size_t start_pos, std::size_t n_heads,
                   const FloatKvView& kv, float scale, float* out, MemoryAllocator& scratch,
-                  ThreadPool* pool);
+                  ThreadPool* pool, const AttentionOptions& options = {});
 
 }  // namespace hearth::kernels

@@ -7,7 +7,7 @@
 //   hearth-model quantize IN OUT --type q8_0|q4_0
 //   hearth-model synth OUT [--dim N --layers N --heads N --kv-heads N --ffn N --vocab N --context N
 //                           --type f32|f16|q8_0|q4_0|q4_k|q4_k_m|q5_k|q5_k_m|q6_k --seed N --name
-//                           TEXT]
+//                           TEXT --arch NAME --sliding-window N]
 #include <cstdio>
 #include <cstring>
 #include <fstream>
@@ -51,11 +51,15 @@ constexpr const char* kUsage = R"(usage:
                                          F32/F16/BF16 2-D weights -> Q8_0 or Q4_0; rows whose length is
                                          not a multiple of 32 stay as they are; 1-D tensors stay F32
   hearth-model synth OUT [--dim 256 --layers 4 --heads 8 --kv-heads 8 --ffn 704 --vocab 4096
-                          --context 2048 --type q8_0 --seed 1 --name TEXT --vocab-from GGUF]
+                          --context 2048 --type q8_0 --seed 1 --name TEXT --vocab-from GGUF
+                          --arch llama --sliding-window 0]
                                          (--type f32, f16, q8_0, q4_0, q4_k[_m], q5_k[_m] or q6_k;
                                          --vocab-from: another file's "llama" vocabulary, e.g.
                                          Llama 2's 32,000 pieces, instead of the built-in one)
-                                         a deterministic synthetic llama model
+                                         --arch: llama, qwen2, qwen3, phi3, gemma2, gemma3,
+                                         granite or olmo2 (each with its own tensors and keys);
+                                         --sliding-window N: {arch}.attention.sliding_window
+                                         a deterministic synthetic model with random weights
 )";
 
 int fail(const std::string& m) {
@@ -270,7 +274,7 @@ int quantize(int argc, char** argv) {
 int synth(int argc, char** argv) {
   hearth::Flags flags("hearth-model synth",
                       {"dim", "layers", "heads", "kv-heads", "ffn", "vocab", "vocab-from",
-                       "context", "type", "seed", "name"},
+                       "context", "type", "seed", "name", "arch", "sliding-window"},
                       {});
   if (!flags.parse(argc, argv, 2)) return fail(flags.error());
   if (flags.positional().size() != 1) return fail("hearth-model synth: expected one OUT file");
@@ -281,12 +285,14 @@ int synth(int argc, char** argv) {
                ffn = static_cast<std::int64_t>(s.n_ff),
                vocab = static_cast<std::int64_t>(s.n_vocab),
                context = static_cast<std::int64_t>(s.context_length),
-               seed = static_cast<std::int64_t>(s.seed);
+               seed = static_cast<std::int64_t>(s.seed), window = 0;
   const bool ok =
       flags.get_int("dim", 1, 65536, &dim) && flags.get_int("layers", 1, 1024, &layers) &&
       flags.get_int("heads", 1, 1024, &heads) && flags.get_int("kv-heads", 1, 1024, &kv_heads) &&
       flags.get_int("ffn", 1, 1 << 20, &ffn) && flags.get_int("vocab", 300, 1 << 20, &vocab) &&
-      flags.get_int("context", 1, 1 << 20, &context) && flags.get_int("seed", 0, INT64_MAX, &seed);
+      flags.get_int("context", 1, 1 << 20, &context) &&
+      flags.get_int("seed", 0, INT64_MAX, &seed) &&
+      flags.get_int("sliding-window", 0, 1 << 20, &window);
   if (!ok) return fail(flags.error());
   s.n_embd = static_cast<std::size_t>(dim);
   s.n_layer = static_cast<std::size_t>(layers);
@@ -296,6 +302,8 @@ int synth(int argc, char** argv) {
   s.n_vocab = static_cast<std::size_t>(vocab);
   s.context_length = static_cast<std::size_t>(context);
   s.seed = static_cast<std::uint64_t>(seed);
+  s.sliding_window = static_cast<std::size_t>(window);
+  s.architecture = flags.get("arch", "llama");
   if (flags.has("name")) s.name = flags.get("name");
   if (flags.has("vocab-from")) {
     const std::string path = flags.get("vocab-from");

@@ -21,6 +21,7 @@
 #include "engine/synthetic_model.h"
 #include "engine/tokenizer.h"
 #include "kernels/fp16.h"
+#include "kernels/gguf_legacy_blocks.h"
 #include "memory/thread_temp_allocator.h"
 #include "tests/support/shared_data.h"
 
@@ -420,10 +421,10 @@ TEST_F(ModelFiles, SyntheticQwen2LoadsAndGenerates) {
   auto m = Module::load(file, o);
   ASSERT_TRUE(m.ok()) << m.status();
   const ModelConfig& c = (*m)->config();
-  EXPECT_EQ(c.arch, Architecture::kQwen2);
+  EXPECT_EQ(c.arch, find_architecture("qwen2"));
   EXPECT_EQ(c.arch_name, "qwen2");
   EXPECT_TRUE(c.attn_bias);
-  EXPECT_TRUE(c.rope_neox);
+  EXPECT_EQ(c.rope_style, kernels::RopeStyle::kNeox);
   EXPECT_EQ(c.n_head_kv, 2u);
   // The biases are loaded as written: uniform in [-bias_scale, bias_scale], not all zero.
   const LayerWeights& l1 = (*m)->weights().layers()[1];
@@ -540,9 +541,9 @@ TEST_F(ModelFiles, Qwen2UsesNeoxRopeAndAddsBiasesBeforeIt) {
   auto permuted = load(write("llama_permuted.gguf", as_llama(true)));
   auto plain = load(write("llama_plain.gguf", as_llama(false)));
   ASSERT_TRUE(qwen2 && permuted && plain);
-  EXPECT_FALSE(permuted->config().rope_neox);
-  EXPECT_FALSE(permuted->config().attn_bias);
-  // A llama file that carries biases still gets them applied.
+  EXPECT_EQ(permuted->config().rope_style, kernels::RopeStyle::kNormal);
+  // A llama file that carries biases gets them applied (they are optional).
+  EXPECT_TRUE(permuted->config().attn_bias);
   EXPECT_EQ(permuted->weights().layers()[0].bq.size(), 64u);
   const auto a = all_logits(*qwen2, kTokens), b = all_logits(*permuted, kTokens),
              c = all_logits(*plain, kTokens);
@@ -663,32 +664,133 @@ TEST_F(ModelFiles, UnsupportedTensorTypeIsRefusedNamingTensorAndType) {
   auto src = open_file(write("base.gguf", synth(small_spec("llama"))));
   ASSERT_NE(src, nullptr);
   std::size_t block_elems = 0, block_bytes = 0;
-  ASSERT_TRUE(ggml_type_block(GgmlType::kQ5_0, &block_elems, &block_bytes));
+  ASSERT_TRUE(ggml_type_block(GgmlType::kQ8_1, &block_elems, &block_bytes));
   ASSERT_EQ(block_elems, 32u);
-  ASSERT_EQ(block_bytes, 22u);  // fp16 scale, 4 bytes of high bits, 16 of nibbles
+  ASSERT_EQ(block_bytes, 36u);  // fp16 scale and sum, 32 int8
   for (const char* target : {"blk.1.ffn_gate.weight", "token_embd.weight", "output.weight"}) {
     SCOPED_TRACE(target);
     const std::string p =
-        write("q5_0.gguf", rewrite(*src, nullptr, [&](const GgufTensorInfo& t, GgufWriter& w) {
+        write("q8_1.gguf", rewrite(*src, nullptr, [&](const GgufTensorInfo& t, GgufWriter& w) {
                 if (t.name != target) return false;
-                // Valid Q5_0 blocks: scale 1/64 (fp16 0x2400), arbitrary bits.
-                std::string blocks(t.n_elements / 32 * 22, '\x5a');
-                for (std::size_t b = 0; b < blocks.size(); b += 22) {
-                  blocks[b] = '\x00';
-                  blocks[b + 1] = '\x24';
-                }
-                w.add_tensor(t.name, {t.dims[0], t.dims[1]}, GgmlType::kQ5_0, blocks);
+                w.add_tensor(t.name, {t.dims[0], t.dims[1]}, GgmlType::kQ8_1,
+                             std::string(t.n_elements / 32 * 36, '\x11'));
                 return true;
               }));
     auto f = GgufFile::open(p);
     ASSERT_TRUE(f.ok()) << f.status();  // a well-formed file...
-    EXPECT_EQ((*f)->find_tensor(target)->type, GgmlType::kQ5_0);
+    EXPECT_EQ((*f)->find_tensor(target)->type, GgmlType::kQ8_1);
     auto m = Module::load(p);  // ...that the engine cannot run
     ASSERT_FALSE(m.ok());
     const std::string msg(m.status().message());
     EXPECT_NE(msg.find(str_cat("'", target, "'")), std::string::npos) << msg;
-    EXPECT_NE(msg.find("Q5_0"), std::string::npos) << msg;
+    EXPECT_NE(msg.find("Q8_1"), std::string::npos) << msg;
     EXPECT_NE(msg.find(p), std::string::npos) << msg;
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Q4_1, Q5_0, Q5_1, IQ4_NL: run as Q8_0
+
+// Every 2-D tensor (projections, embedding, output) of a file rewritten in an
+// older type, from blocks with pseudo-random codes and scales near those of
+// the weights. Q5_0 and IQ4_NL convert to Q8_0 without loss, so the model
+// gives exactly the logits of the same file with the converted Q8_0 blocks
+// written instead; Q4_1 and Q5_1 are re-quantized, so their logits stay
+// within a few Q8_0 steps of the file's own values stored as F32.
+TEST_F(ModelFiles, OlderBlockTypesRunAsQ8_0) {
+  auto src = open_file(write("base.gguf", synth(small_spec("llama"))));
+  ASSERT_NE(src, nullptr);
+  struct Type {
+    GgmlType type;
+    std::size_t bytes;
+    void (*decode)(const std::uint8_t*, float*, std::size_t);
+    void (*to_q8_0)(const std::uint8_t*, kernels::BlockQ8_0*, std::size_t);  // exact ones
+  };
+  const Type types[] = {
+      {GgmlType::kQ4_1, 20,
+       [](const std::uint8_t* b, float* y, std::size_t n) {
+         kernels::dequantize_row_q4_1(reinterpret_cast<const kernels::BlockQ4_1*>(b), y, n);
+       },
+       nullptr},
+      {GgmlType::kQ5_0, 22,
+       [](const std::uint8_t* b, float* y, std::size_t n) {
+         kernels::dequantize_row_q5_0(reinterpret_cast<const kernels::BlockQ5_0*>(b), y, n);
+       },
+       [](const std::uint8_t* b, kernels::BlockQ8_0* q, std::size_t n) {
+         kernels::convert_row_q5_0_to_q8_0(reinterpret_cast<const kernels::BlockQ5_0*>(b), q, n);
+       }},
+      {GgmlType::kQ5_1, 24,
+       [](const std::uint8_t* b, float* y, std::size_t n) {
+         kernels::dequantize_row_q5_1(reinterpret_cast<const kernels::BlockQ5_1*>(b), y, n);
+       },
+       nullptr},
+      {GgmlType::kIQ4_NL, 18,
+       [](const std::uint8_t* b, float* y, std::size_t n) {
+         kernels::dequantize_row_iq4_nl(reinterpret_cast<const kernels::BlockIQ4_NL*>(b), y, n);
+       },
+       [](const std::uint8_t* b, kernels::BlockQ8_0* q, std::size_t n) {
+         kernels::convert_row_iq4_nl_to_q8_0(reinterpret_cast<const kernels::BlockIQ4_NL*>(b), q,
+                                             n);
+       }},
+  };
+  for (const Type& type : types) {
+    SCOPED_TRACE(ggml_type_name(type.type));
+    // Blocks: fp16 scales (and minimums) of about 1/64 .. 1/32, random codes.
+    auto blocks_of = [&](const GgufTensorInfo& t) {
+      std::mt19937 rng(static_cast<unsigned>(t.n_elements));
+      std::string b(t.n_elements / 32 * type.bytes, '\0');
+      for (char& c : b) c = static_cast<char>(rng());
+      const std::size_t scales =
+          type.type == GgmlType::kQ4_1 || type.type == GgmlType::kQ5_1 ? 2 : 1;
+      for (std::size_t i = 0; i < b.size(); i += type.bytes)
+        for (std::size_t s = 0; s < scales; ++s) {
+          const std::uint16_t h = kernels::f32_to_fp16((s == 0 ? 1.0f : -8.0f) / (32 + rng() % 32));
+          std::memcpy(&b[i + 2 * s], &h, 2);
+        }
+      return b;
+    };
+    auto as = [&](int how) {  // 0: the type, 1: its values as F32, 2: exact Q8_0 blocks
+      return rewrite(*src, nullptr, [&](const GgufTensorInfo& t, GgufWriter& w) {
+        if (t.n_dims != 2) return false;
+        const std::string b = blocks_of(t);
+        const auto* raw = reinterpret_cast<const std::uint8_t*>(b.data());
+        if (how == 0) {
+          w.add_tensor(t.name, {t.dims[0], t.dims[1]}, type.type, b);
+        } else if (how == 1) {
+          std::vector<float> y(t.n_elements);
+          type.decode(raw, y.data(), y.size());
+          w.add_tensor(t.name, {t.dims[0], t.dims[1]}, GgmlType::kF32, bytes_of(y));
+        } else {
+          std::vector<kernels::BlockQ8_0> q(t.n_elements / 32);
+          type.to_q8_0(raw, q.data(), t.n_elements);
+          w.add_tensor(t.name, {t.dims[0], t.dims[1]}, GgmlType::kQ8_0,
+                       std::string(reinterpret_cast<const char*>(q.data()), q.size() * 34));
+        }
+        return true;
+      });
+    };
+    auto m = load(write("older.gguf", as(0)));
+    ASSERT_NE(m, nullptr);
+    EXPECT_NE(m->weights().type_summary().find(str_cat(ggml_type_name(type.type), "->Q8_0")),
+              std::string::npos)
+        << m->weights().type_summary();
+    EXPECT_EQ(m->weights().embedding_type(), kernels::DType::kQ8_0);
+    const auto got = all_logits(*m, kTokens);
+    if (type.to_q8_0 != nullptr) {
+      auto q8 = load(write("as_q8_0.gguf", as(2)));
+      ASSERT_NE(q8, nullptr);
+      EXPECT_EQ(got, all_logits(*q8, kTokens));
+    } else {
+      auto f32 = load(write("as_f32.gguf", as(1)));
+      ASSERT_NE(f32, nullptr);
+      const auto want = all_logits(*f32, kTokens);
+      const float scale = max_abs(want), err = max_abs_diff(got, want);
+      std::printf("[%s] max |logit diff| vs its values as F32: %.3g of max |logit| %.3g\n",
+                  std::string(ggml_type_name(type.type)).c_str(), err, scale);
+      // Q8_0 activations and weights (1/254 of a block's range each), through
+      // 10 projections in sequence: well under 10% of the logit scale.
+      EXPECT_LE(err, 0.1f * scale);
+    }
   }
 }
 

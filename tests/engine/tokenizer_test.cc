@@ -741,6 +741,21 @@ TEST(PreTokenizer, Qwen2Rules) {
   EXPECT_EQ(split("qwen2", "x=1;\n\n  y"), (Words{"x", "=", "1", ";\n\n", " ", " y"}));
 }
 
+TEST(PreTokenizer, Llama3FamilyNamesShareTheRulesNotTheFlags) {
+  // OLMo 2's and Phi-4's "dbrx" and Smaug's "smaug-bpe" split as Llama 3 but
+  // keep merges and BOS to the file (llama.cpp's defaults); "falcon3" is Llama 3.
+  for (std::string_view pre : {"dbrx", "smaug-bpe", "falcon3"}) {
+    SCOPED_TRACE(pre);
+    auto p = PreTokenizer::for_name(pre);
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ(p->rules(), PreTokenizerRules::kLlama3);
+    EXPECT_EQ(p->split("I'VE 12345 apples!!\n\n"),
+              (Words{"I", "'VE", " ", "123", "45", " apples", "!!\n\n"}));
+    EXPECT_EQ(p->ignore_merges(), pre == "falcon3");
+    EXPECT_EQ(p->add_bos_default(), pre == "falcon3");
+  }
+}
+
 TEST(PreTokenizer, UnknownNamesAreRefused) {
   auto p = PreTokenizer::for_name("tekken");
   ASSERT_FALSE(p.ok());

@@ -329,6 +329,30 @@ TEST(Rope, EveryPathMatchesNaiveForBothStylesFarPositionsAndScaling) {
   std::printf("  rope: worst error / derived bound = %.3f\n", worst_ratio);
 }
 
+// attn_factor multiplies cos and sin: the rotated dimensions come out
+// scaled by it (within the rounding of one more product), the others not.
+TEST(Rope, AttnFactorScalesTheRotatedDimensionsOnEveryPath) {
+  const std::size_t heads = 3, head_dim = 24, rot_dim = 16;
+  std::vector<float> x = random_vector(5 * heads * head_dim, 31);
+  for (float& v : x) v = std::clamp(v, -1.0f, 1.0f);  // |a| + |b| <= 2
+  for (Isa isa : supported_isas()) {
+    ScopedIsa forced(isa);
+    RopeConfig cfg;
+    cfg.style = RopeStyle::kNeox;
+    cfg.rot_dim = rot_dim;
+    std::vector<float> plain = x, scaled = x;
+    rope(plain.data(), 5, heads, head_dim, std::size_t{7}, cfg);
+    cfg.attn_factor = 1.25f;
+    rope(scaled.data(), 5, heads, head_dim, std::size_t{7}, cfg);
+    for (std::size_t i = 0; i < x.size(); ++i) {
+      const bool rotated = i % head_dim < rot_dim;
+      const double want = rotated ? 1.25 * plain[i] : x[i];
+      // The rotation a cos - b sin may cancel: its error is relative to |a| + |b|.
+      ASSERT_NEAR(scaled[i], want, 8 * kU * 4.0) << isa_name(isa) << " " << i;
+    }
+  }
+}
+
 TEST(Rope, PositionZeroIsIdentityOnEveryPath) {
   for (const RopeCase& c : kRopeCases) {
     const std::size_t row = c.n_heads * c.head_dim;
@@ -414,6 +438,62 @@ TEST(Swiglu, EveryPathMatchesNaiveIncludingExtremes) {
         ASSERT_TRUE(same_bits(out[i], alias_up[i]));
       }
       EXPECT_EQ(out[n], -7.0f) << "wrote past the end";
+    }
+  }
+}
+
+// gelu_tanh(g) * up against double 0.5 g (1 + tanh(u)). The float argument
+// z = 2 sqrt(2/pi) (g + 0.044715 g^3) errs by <= 4 u |z| + u, which exp turns
+// into as much relative error; exp itself adds E, the division and products 4u.
+TEST(Geglu, EveryPathMatchesNaiveIncludingExtremes) {
+  for (std::size_t n : kSizes) {
+    std::vector<float> g = random_vector(n, 70 + static_cast<std::uint32_t>(n), 4.0f);
+    const std::vector<float> up = random_vector(n, 80 + static_cast<std::uint32_t>(n));
+    const float extremes[] = {-1000.0f, 1000.0f, -12.0f, 12.0f, -0.0f, 0.0f, -5.0f, 30.0f};
+    for (std::size_t i = 0; i < n && i < std::size(extremes); ++i) g[i * 13 % n] = extremes[i];
+    for (Isa isa : supported_isas()) {
+      ScopedIsa forced(isa);
+      std::vector<float> out(n + 1, -7.0f), alias_gate = g;
+      geglu(g.data(), up.data(), n, out.data());
+      geglu(alias_gate.data(), up.data(), n, alias_gate.data());
+      for (std::size_t i = 0; i < n; ++i) {
+        const double gd = g[i];
+        const double u = std::sqrt(2.0 / M_PI) * (gd + 0.044715 * gd * gd * gd);
+        // 0.5 g (1 + tanh(u)) = g / (1 + exp(-2u)); the latter does not
+        // cancel in double for very negative u.
+        const double exact = gd / (1 + std::exp(-2 * u)) * up[i];
+        const double bound = exp_error(isa) + (8 * std::fabs(u) + 6) * kU;
+        ASSERT_FALSE(std::isnan(out[i])) << "g=" << g[i];
+        ASSERT_NEAR(out[i], exact, std::fabs(exact) * bound + 1e-35)
+            << isa_name(isa) << " n=" << n << " g=" << g[i];
+        ASSERT_TRUE(same_bits(out[i], alias_gate[i]));
+      }
+      EXPECT_EQ(out[n], -7.0f) << "wrote past the end";
+    }
+  }
+}
+
+// cap * tanh(x / cap): std::tanh on the scalar path (~1 ulp), the
+// exp-based form on SIMD paths (absolute error <= 4e-7 * cap, stated in
+// kernels/activation_ops.h); outputs never leave [-cap, cap].
+TEST(Softcap, EveryPathMatchesNaiveIncludingInfinities) {
+  for (float cap : {30.0f, 0.5f}) {
+    for (std::size_t n : kSizes) {
+      std::vector<float> x = random_vector(n, 90 + static_cast<std::uint32_t>(n), 3 * cap);
+      const float extremes[] = {INFINITY, -INFINITY, 1e30f, -1e30f, 0.0f, -0.0f, 1e-30f, cap};
+      for (std::size_t i = 0; i < n && i < std::size(extremes); ++i) x[i * 13 % n] = extremes[i];
+      for (Isa isa : supported_isas()) {
+        ScopedIsa forced(isa);
+        std::vector<float> y = x;
+        y.push_back(-7.0f);
+        softcap(y.data(), n, cap);
+        for (std::size_t i = 0; i < n; ++i) {
+          const double exact = cap * std::tanh(static_cast<double>(x[i]) / cap);
+          ASSERT_NEAR(y[i], exact, 4e-7 * cap) << isa_name(isa) << " n=" << n << " x=" << x[i];
+          ASSERT_LE(std::fabs(y[i]), cap);
+        }
+        EXPECT_EQ(y[n], -7.0f) << "wrote past the end";
+      }
     }
   }
 }

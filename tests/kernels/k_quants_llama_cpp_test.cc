@@ -17,6 +17,7 @@
 
 #include "kernels/cpu_features.h"
 #include "kernels/gguf_kquants.h"
+#include "kernels/gguf_legacy_blocks.h"
 #include "kernels/linear.h"
 #include "memory/caching_allocator.h"
 
@@ -31,7 +32,7 @@ struct Reference {
 };
 
 template <typename Block>
-Reference<Block> read_reference(const std::string& file) {
+Reference<Block> read_reference(const std::string& file, std::size_t block_elems = 256) {
   Reference<Block> ref;
   std::ifstream in(std::filesystem::path(HEARTH_SOURCE_DIR) / "tests/kernels/data" / file);
   EXPECT_TRUE(in.good()) << "tests/kernels/data/" << file << " is missing";
@@ -59,7 +60,7 @@ Reference<Block> read_reference(const std::string& file) {
       while (words >> v) ref.values.push_back(v);
     }
   }
-  EXPECT_EQ(ref.blocks.size(), ref.rows * ref.n_in / 256);
+  EXPECT_EQ(ref.blocks.size(), ref.rows * ref.n_in / block_elems);
   EXPECT_EQ(ref.values.size(), ref.rows * ref.n_in);
   return ref;
 }
@@ -149,6 +150,44 @@ TEST(KQuantsFromLlamaCpp, LinearMatchesLlamaCppsWeights) {
   const auto q6 = read_reference<BlockQ6_K>("q6_k_llama_cpp.txt");
   ASSERT_GT(q6.rows, 0u);
   expect_linear_matches(q6, Linear::from_q6_k(q6.blocks.data(), q6.rows, q6.n_in));
+}
+
+// ---- The older types hearth runs as Q8_0 ------------------------------------
+
+// d * (q - 16) and d * kvalue are one rounding, as in gguf-py: bit-equal.
+// d * q + m (Q4_1, Q5_1) is two roundings in hearth and in numpy alike (no
+// fused multiply-add in either): bit-equal as well.
+template <typename Block, typename Decode>
+void expect_decodes(const char* file, Decode decode) {
+  const auto ref = read_reference<Block>(file, 32);
+  ASSERT_GT(ref.rows, 0u);
+  std::vector<float> y(ref.values.size());
+  decode(ref.blocks.data(), y.data(), y.size());
+  for (std::size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], ref.values[i]) << file << " " << i;
+}
+
+TEST(LegacyBlocksFromLlamaCpp, DecodeToLlamaCppsValues) {
+  expect_decodes<BlockQ4_1>("q4_1_llama_cpp.txt", dequantize_row_q4_1);
+  expect_decodes<BlockQ5_0>("q5_0_llama_cpp.txt", dequantize_row_q5_0);
+  expect_decodes<BlockQ5_1>("q5_1_llama_cpp.txt", dequantize_row_q5_1);
+  expect_decodes<BlockIQ4_NL>("iq4_nl_llama_cpp.txt", dequantize_row_iq4_nl);
+}
+
+// Q5_0 and IQ4_NL become Q8_0 blocks that decode to the same floats.
+template <typename Block, typename Convert>
+void expect_exact_q8_0(const char* file, Convert convert) {
+  const auto ref = read_reference<Block>(file, 32);
+  ASSERT_GT(ref.rows, 0u);
+  std::vector<BlockQ8_0> q(ref.blocks.size());
+  convert(ref.blocks.data(), q.data(), ref.values.size());
+  std::vector<float> y(ref.values.size());
+  dequantize_row_q8_0(q.data(), y.data(), y.size());
+  for (std::size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], ref.values[i]) << file << " " << i;
+}
+
+TEST(LegacyBlocksFromLlamaCpp, Q5_0AndIq4NlConvertToQ8_0WithoutLoss) {
+  expect_exact_q8_0<BlockQ5_0>("q5_0_llama_cpp.txt", convert_row_q5_0_to_q8_0);
+  expect_exact_q8_0<BlockIQ4_NL>("iq4_nl_llama_cpp.txt", convert_row_iq4_nl_to_q8_0);
 }
 
 }  // namespace

@@ -622,5 +622,123 @@ TEST(Sdpa, ScratchDoesNotGrowWithTheContext) {
   }
 }
 
+// ---- Sliding window and soft-capping ----------------------------------------
+
+// Exact attention (double) with a window and soft-capping: token t at
+// position start_pos + t sees positions (pos - window, pos]; each scaled
+// score s becomes cap * tanh(s / cap).
+std::vector<double> naive_masked(const Problem& p, const std::vector<double>& K,
+                                 const std::vector<double>& V, const AttentionOptions& o) {
+  const Shape& s = p.s;
+  const std::size_t hd = s.head_dim, G = s.n_heads / s.n_kv_heads, kvw = s.n_kv_heads * hd;
+  std::vector<double> out(s.n_tokens * s.n_heads * hd, 0.0);
+  for (std::size_t t = 0; t < s.n_tokens; ++t) {
+    const std::size_t pos = s.start_pos + t;
+    const std::size_t lo = o.window != 0 && pos >= o.window ? pos - o.window + 1 : 0;
+    for (std::size_t h = 0; h < s.n_heads; ++h) {
+      const std::size_t g = h / G;
+      const float* q = &p.q[(t * s.n_heads + h) * hd];
+      std::vector<double> w(pos + 1, 0.0);
+      double mx = -INFINITY, sum = 0;
+      for (std::size_t j = lo; j <= pos; ++j) {
+        double dot = 0;
+        for (std::size_t d = 0; d < hd; ++d) dot += q[d] * K[j * kvw + g * hd + d];
+        w[j] = dot * p.scale;
+        if (o.softcap > 0) w[j] = o.softcap * std::tanh(w[j] / o.softcap);
+        mx = std::max(mx, w[j]);
+      }
+      for (std::size_t j = lo; j <= pos; ++j) sum += (w[j] = std::exp(w[j] - mx));
+      double* o_row = &out[(t * s.n_heads + h) * hd];
+      for (std::size_t j = lo; j <= pos; ++j)
+        for (std::size_t d = 0; d < hd; ++d) o_row[d] += w[j] / sum * V[j * kvw + g * hd + d];
+    }
+  }
+  return out;
+}
+
+double max_abs(const std::vector<double>& x) {
+  double m = 0;
+  for (double v : x) m = std::max(m, std::fabs(v));
+  return m;
+}
+
+// Every path, alone and threaded (the split-and-merge path included), on
+// windows that end inside a query block, cut tiles, skip whole tiles, and see
+// the query's own position only; with and without soft-capping. Tolerance:
+// float rounding of scores and weights over at most a few hundred positions
+// stays far below 1e-5 of the largest value (the exact-attention test above
+// derives the bounds); int8 is compared with exact attention on the
+// dequantized cache, so the cache's quantization does not enter, but the
+// AVX-512 VNNI path's int16 query does (a step of 1/32767 of each row's
+// largest element, ~3e-5 of the outputs here): 3e-4. A mask off by one
+// position, or a cap not applied, moves outputs by ~1e-2 or more (checked).
+TEST(Sdpa, SlidingWindowAndSoftcapMatchExactAttention) {
+  struct Case {
+    Shape shape;
+    AttentionOptions options;
+  };
+  const std::vector<Case> cases = {
+      {{4, 2, 32, 39, 1}, {8, 0.0f}},      // decode: 8 of 40 positions
+      {{4, 2, 32, 31, 9}, {5, 0.0f}},      // prefill chunk, each row its own window
+      {{8, 1, 64, 299, 1}, {200, 0.0f}},   // decode: first tile skipped, split
+      {{6, 3, 24, 150, 70}, {129, 0.0f}},  // windows crossing tiles, AVX2 under AVX-512
+      {{2, 1, 13, 19, 5}, {1, 0.0f}},      // only the own position; scalar head_dim
+      {{8, 2, 64, 60, 12}, {0, 5.0f}},     // soft-capping alone
+      {{8, 2, 32, 200, 3}, {64, 3.0f}},    // both
+  };
+  ThreadPool two(2), three(3);
+  std::uint32_t seed = 500;
+  for (const Case& c : cases) {
+    SCOPED_TRACE(describe(c.shape) + " window " + std::to_string(c.options.window) + " softcap " +
+                 std::to_string(c.options.softcap));
+    const auto p = make_problem(c.shape, seed++, /*q_mag=*/4.0f);
+    std::vector<double> Kd, Vd;
+    dequantized(*p, &Kd, &Vd);
+    const std::vector<double> want_f32 =
+        naive_masked(*p, to_double(p->k), to_double(p->v), c.options);
+    const std::vector<double> want_q8 = naive_masked(*p, Kd, Vd, c.options);
+    const double tol = 1e-5 * max_abs(want_f32), tol_q8 = 3e-4 * max_abs(want_q8);
+    // The same problem without the options differs: the test can fail.
+    const std::vector<double> unmasked = naive_masked(*p, to_double(p->k), to_double(p->v), {});
+    double moved = 0;
+    for (std::size_t i = 0; i < unmasked.size(); ++i)
+      moved = std::max(moved, std::fabs(unmasked[i] - want_f32[i]));
+    EXPECT_GT(moved, 10 * tol_q8);
+    for (Isa isa : supported_isas()) {
+      ScopedIsa forced(isa);
+      for (ThreadPool* pool : {static_cast<ThreadPool*>(nullptr), &two, &three}) {
+        SCOPED_TRACE(std::string(isa_name(isa)) + " threads " +
+                     std::to_string(pool ? pool->threads() : 1));
+        for (bool q8 : {false, true}) {
+          CachingAllocator scratch;
+          std::vector<float> out(p->q.size(), NAN);
+          const Shape& s = c.shape;
+          const absl::Status st = q8 ? sdpa(p->q.data(), s.n_tokens, s.start_pos, s.n_heads, p->qkv,
+                                            p->scale, out.data(), scratch, pool, c.options)
+                                     : sdpa(p->q.data(), s.n_tokens, s.start_pos, s.n_heads, p->fkv,
+                                            p->scale, out.data(), scratch, pool, c.options);
+          ASSERT_TRUE(st.ok()) << st;
+          const std::vector<double>& want = q8 ? want_q8 : want_f32;
+          for (std::size_t i = 0; i < out.size(); ++i)
+            ASSERT_NEAR(out[i], want[i], q8 ? tol_q8 : tol)
+                << (q8 ? "int8" : "float") << " element " << i;
+        }
+      }
+    }
+  }
+}
+
+TEST(Sdpa, RefusesANegativeOrNonFiniteSoftcap) {
+  const auto p = make_problem({2, 1, 16, 3, 1}, 7);
+  CachingAllocator scratch;
+  std::vector<float> out(p->q.size());
+  for (float cap : {-1.0f, NAN, INFINITY}) {
+    const absl::Status st =
+        sdpa(p->q.data(), 1, 3, 2, p->fkv, p->scale, out.data(), scratch, nullptr, {0, cap});
+    EXPECT_EQ(st.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(st.message().find("softcap"), std::string::npos) << st;
+  }
+}
+
 }  // namespace
 }  // namespace hearth::kernels

@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Makes tests/kernels/data/{q4_k,q5_k,q6_k}_llama_cpp.txt: K-quant blocks written
+# Makes tests/kernels/data/{q4_k,q5_k,q6_k,q4_1,q5_0,q5_1,iq4_nl}_llama_cpp.txt:
+# blocks of the K-quants and of the older types hearth converts, written
 # by llama.cpp's quantizer and their values as llama.cpp's own Python decoder
 # (gguf-py) reads them, so that hearth's decoders and kernels are checked
 # against another implementation, not only against hearth's own encoders.
@@ -17,7 +18,7 @@ trap 'rm -rf "$work"' EXIT
 # A small llama model with float weights (rows of 512 inputs: two super-blocks).
 "$hearth_model" synth "$work/f32.gguf" --dim 512 --layers 1 --heads 8 --kv-heads 8 --ffn 1024 \
   --vocab 512 --context 64 --type f32 >/dev/null
-for type in Q4_K_M Q5_K_M; do
+for type in Q4_K_M Q5_K_M Q4_1 Q5_0 Q5_1 IQ4_NL; do
   "$quantize" "$work/f32.gguf" "$work/$type.gguf" "$type" >"$work/quantize.log" 2>&1 ||
     { cat "$work/quantize.log"; exit 1; }
 done
@@ -34,7 +35,11 @@ Q = GGMLQuantizationType
 for file, name, qtype, out in [
         ("Q4_K_M", "blk.0.attn_q.weight", Q.Q4_K, "q4_k_llama_cpp.txt"),
         ("Q5_K_M", "blk.0.attn_q.weight", Q.Q5_K, "q5_k_llama_cpp.txt"),
-        ("Q4_K_M", "blk.0.attn_v.weight", Q.Q6_K, "q6_k_llama_cpp.txt")]:
+        ("Q4_K_M", "blk.0.attn_v.weight", Q.Q6_K, "q6_k_llama_cpp.txt"),
+        ("Q4_1", "blk.0.attn_q.weight", Q.Q4_1, "q4_1_llama_cpp.txt"),
+        ("Q5_0", "blk.0.attn_q.weight", Q.Q5_0, "q5_0_llama_cpp.txt"),
+        ("Q5_1", "blk.0.attn_q.weight", Q.Q5_1, "q5_1_llama_cpp.txt"),
+        ("IQ4_NL", "blk.0.attn_q.weight", Q.IQ4_NL, "iq4_nl_llama_cpp.txt")]:
     reader = GGUFReader(work + "/" + file + ".gguf")
     t = next(t for t in reader.tensors if t.name == name)
     assert t.tensor_type == qtype, (name, t.tensor_type)

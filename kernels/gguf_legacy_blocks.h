@@ -1,0 +1,68 @@
+// The older GGUF block formats hearth reads by converting them to Q8_0 at
+// load (common in files made before K-quants): their layouts, scalar
+// decoders, and the exact conversions.
+//
+//   Q4_1:   32 weights = fp16 d, fp16 m, 16 bytes of nibbles;   w = d * q + m
+//   Q5_0:   32 weights = fp16 d, 32 high bits, 16 bytes;        w = d * (q - 16)
+//   Q5_1:   32 weights = fp16 d, fp16 m, 32 high bits, 16 bytes; w = d * q + m
+//   IQ4_NL: 32 weights = fp16 d, 16 bytes of nibbles;          w = d * kIq4NlValues[q]
+//
+// As in Q4_0, byte j holds weight j in its low nibble and weight j + 16 in
+// its high one; the 5-bit types take weight j's fifth bit from bit j of the
+// 32-bit word qh (little-endian).
+//
+// Q5_0 and IQ4_NL are Q8_0 blocks in disguise (the same fp16 scale times an
+// integer in [-127, 127]), so their conversion loses nothing: it gives the
+// same floats bit for bit. Q4_1 and Q5_1 carry an offset m, which Q8_0
+// cannot hold: they are decoded and re-quantized (error at most half a Q8_0
+// step, 1/254 of the block's largest magnitude).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kernels/gguf_blocks.h"
+
+namespace hearth::kernels {
+
+struct BlockQ4_1 {
+  std::uint16_t d, m;  // fp16
+  std::uint8_t qs[kQuantGroup / 2];
+};
+static_assert(sizeof(BlockQ4_1) == 20);
+
+struct BlockQ5_0 {
+  std::uint16_t d;  // fp16
+  std::uint8_t qh[4];
+  std::uint8_t qs[kQuantGroup / 2];
+};
+static_assert(sizeof(BlockQ5_0) == 22);
+
+struct BlockQ5_1 {
+  std::uint16_t d, m;  // fp16
+  std::uint8_t qh[4];
+  std::uint8_t qs[kQuantGroup / 2];
+};
+static_assert(sizeof(BlockQ5_1) == 24);
+
+struct BlockIQ4_NL {
+  std::uint16_t d;  // fp16
+  std::uint8_t qs[kQuantGroup / 2];
+};
+static_assert(sizeof(BlockIQ4_NL) == 18);
+
+// IQ4_NL's 16 levels (a non-uniform grid fitted to weight distributions).
+inline constexpr std::int8_t kIq4NlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
+                                                 1,    13,   25,  38,  53,  69,  89,  113};
+
+// n must be a multiple of 32.
+void dequantize_row_q4_1(const BlockQ4_1* in, float* y, std::size_t n);
+void dequantize_row_q5_0(const BlockQ5_0* in, float* y, std::size_t n);
+void dequantize_row_q5_1(const BlockQ5_1* in, float* y, std::size_t n);
+void dequantize_row_iq4_nl(const BlockIQ4_NL* in, float* y, std::size_t n);
+
+// Exact conversions (see above).
+void convert_row_q5_0_to_q8_0(const BlockQ5_0* in, BlockQ8_0* out, std::size_t n);
+void convert_row_iq4_nl_to_q8_0(const BlockIQ4_NL* in, BlockQ8_0* out, std::size_t n);
+
+}  // namespace hearth::kernels

@@ -1,20 +1,24 @@
-// hearth-model: look at, tokenize with, quantize and synthesize GGUF models.
+// hearth-model: look at, tokenize with, quantize, synthesize and measure GGUF models.
 //
 //   hearth-model inspect FILE
 //   hearth-model tokenize FILE [--bos|--no-bos] [--parse-special|--no-parse-special] < text
 //   hearth-model render-chat FILE --messages FILE.json [--template FILE] [--tools FILE.json]
 //                            [--no-generation-prompt]
 //   hearth-model quantize IN OUT --type q8_0|q4_0
+//   hearth-model perplexity FILE --text FILE [--context N --kv-cache int8|float
+//                           --save-logits FILE | --kl-base FILE]
 //   hearth-model synth OUT [--dim N --layers N --heads N --kv-heads N --ffn N --vocab N --context N
 //                           --type f32|f16|q8_0|q4_0|q4_k|q4_k_m|q5_k|q5_k_m|q6_k --seed N --name
 //                           TEXT --arch NAME --sliding-window N]
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <iterator>
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -23,10 +27,14 @@
 #include "base/str_cat.h"
 #include "chat/chat_prompt.h"
 #include "engine/gguf_writer.h"
+#include "engine/module.h"
 #include "engine/synthetic_model.h"
 #include "engine/tokenizer.h"
 #include "kernels/fp16.h"
 #include "kernels/gguf_blocks.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
+#include "spdlog/spdlog.h"
+#include "tools/perplexity.h"
 
 namespace {
 
@@ -50,6 +58,16 @@ constexpr const char* kUsage = R"(usage:
   hearth-model quantize IN OUT --type q8_0|q4_0
                                          F32/F16/BF16 2-D weights -> Q8_0 or Q4_0; rows whose length is
                                          not a multiple of 32 stay as they are; 1-D tensors stay F32
+  hearth-model perplexity FILE --text FILE [flags]
+                                         perplexity of the model over a text (llama.cpp's method:
+                                         chunks of --context tokens from an empty KV cache, BOS
+                                         first, the second half of each chunk scored)
+      --context N                        tokens per chunk (default: 512, or the model's context
+                                         if smaller; with --kl-base, the base's)
+      --kv-cache int8|float              KV cache type (default int8, as the server)
+      --save-logits FILE                 save the scored tokens' log-probabilities (float32)
+      --kl-base FILE                     compare with a saved run of the same text: KL divergence
+                                         (mean, p99, max), top-1 agreement, both PPLs
   hearth-model synth OUT [--dim 256 --layers 4 --heads 8 --kv-heads 8 --ffn 704 --vocab 4096
                           --context 2048 --type q8_0 --seed 1 --name TEXT --vocab-from GGUF
                           --arch llama --sliding-window 0]
@@ -65,6 +83,11 @@ constexpr const char* kUsage = R"(usage:
 int fail(const std::string& m) {
   std::fprintf(stderr, "%s\n", m.c_str());
   return 2;
+}
+
+// `status` with `prefix` (the flag or file it concerns) before its message.
+absl::Status prefixed(const std::string& prefix, const absl::Status& status) {
+  return absl::Status(status.code(), prefix + std::string(status.message()));
 }
 
 std::string describe(const engine::GgufValue& v) {
@@ -353,6 +376,152 @@ int synth(int argc, char** argv) {
   return 0;
 }
 
+// ---------------------------------------------------------------------------
+// perplexity
+
+struct PerplexityArgs {
+  std::string model, text, save_logits, kl_base;
+  std::int64_t context = 0;  // 0: not given
+  engine::KvCacheType kv_cache = engine::KvCacheType::kInt8;
+};
+
+// The flags, or a message naming the one that is wrong.
+absl::StatusOr<PerplexityArgs> perplexity_args(int argc, char** argv) {
+  hearth::Flags flags("hearth-model perplexity",
+                      {"text", "context", "kv-cache", "save-logits", "kl-base"}, {});
+  PerplexityArgs a;
+  if (!flags.parse(argc, argv, 2) ||
+      !flags.get_int("context", static_cast<std::int64_t>(quality::kMinContext), 1 << 20,
+                     &a.context))
+    return absl::InvalidArgumentError(flags.error());
+  if (flags.positional().size() != 1 || !flags.has("text"))
+    return absl::InvalidArgumentError("hearth-model perplexity: expected FILE and --text FILE");
+  a.model = flags.positional()[0];
+  a.text = flags.get("text");
+  a.save_logits = flags.get("save-logits");
+  a.kl_base = flags.get("kl-base");
+  if (!a.save_logits.empty() && !a.kl_base.empty())
+    return absl::InvalidArgumentError(
+        "hearth-model perplexity: --save-logits and --kl-base: give one (save a base run, or "
+        "compare with one)");
+  const std::string kv = flags.get("kv-cache", "int8");
+  if (kv != "int8" && kv != "float")
+    return absl::InvalidArgumentError("hearth-model perplexity: --kv-cache: '" + kv +
+                                      "' is not int8 or float");
+  a.kv_cache = kv == "int8" ? engine::KvCacheType::kInt8 : engine::KvCacheType::kFloat;
+  return a;
+}
+
+// The text of --text: refused when unreadable or empty.
+absl::StatusOr<std::string> read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return absl::NotFoundError("--text: cannot read '" + path + "'");
+  std::string text(std::istreambuf_iterator<char>(in), {});
+  if (text.empty()) return absl::InvalidArgumentError("--text: '" + path + "' is empty");
+  return text;
+}
+
+// Tokens per chunk: --context, else the base's, else 512 (llama.cpp's
+// default), never more than the model was trained for.
+absl::StatusOr<std::size_t> choose_context(const PerplexityArgs& a, std::size_t n_ctx_train,
+                                           const quality::LogitsReader* base) {
+  std::size_t context = std::min<std::size_t>(512, n_ctx_train);
+  if (base != nullptr) {
+    context = base->header().context;
+    if (a.context != 0 && static_cast<std::size_t>(a.context) != context)
+      return absl::InvalidArgumentError(str_cat("--context ", a.context,
+                                                " differs from the --kl-base file's (", context,
+                                                "); leave --context out to use it"));
+  } else if (a.context != 0) {
+    context = static_cast<std::size_t>(a.context);
+  }
+  if (context > n_ctx_train)
+    return absl::InvalidArgumentError(str_cat(
+        "--context ", context, " is larger than the model's context (", n_ctx_train, " tokens)"));
+  return context;
+}
+
+void print_chunk(std::size_t chunk, const quality::PerplexityResult& r) {
+  std::printf("chunk %zu/%zu: PPL %.4f", chunk + 1, r.plan.n_chunks, r.nll.ppl());
+  if (r.kl) std::printf(", KL mean %.6g, top-1 %.2f%%", r.kl->mean(), 100 * r.kl->top1_agreement());
+  std::printf("\n");
+  std::fflush(stdout);
+}
+
+void print_result(const quality::PerplexityResult& r, const quality::LogitsReader* base) {
+  std::printf("Final estimate: PPL = %.4f +/- %.4f over %zu scored tokens (%zu chunks of %zu)\n",
+              r.nll.ppl(), r.nll.ppl_uncertainty(), r.nll.count, r.plan.n_chunks, r.plan.context);
+  if (!r.kl) return;
+  const quality::KlStats& kl = *r.kl;
+  std::printf("base PPL = %.4f +/- %.4f (%s)\n", kl.base.ppl(), kl.base.ppl_uncertainty(),
+              base->header().description.c_str());
+  std::printf("KL divergence (base || this run): mean %.6g, p99 %.6g, max %.6g\n", kl.mean(),
+              kl.percentile(0.99), kl.max());
+  std::printf("top-1 agreement: %.2f%% (%zu of %zu)\n", 100 * kl.top1_agreement(), kl.same_top,
+              kl.kl.size());
+}
+
+// Loads what the run needs and checks every input before the first forward.
+absl::StatusOr<quality::PerplexityResult> run_perplexity(const PerplexityArgs& a) {
+  HEARTH_ASSIGN_OR_RETURN(const std::string text, read_text(a.text));
+  HEARTH_ASSIGN_OR_RETURN(auto file, open(a.model));
+  HEARTH_ASSIGN_OR_RETURN(const engine::ModelConfig config, engine::read_model_config(*file));
+  HEARTH_ASSIGN_OR_RETURN(auto tokenizer, engine::Tokenizer::from_gguf(*file));
+  HEARTH_ASSIGN_OR_RETURN(const std::vector<std::int32_t> tokens, tokenizer->encode(text, {}));
+  std::unique_ptr<quality::LogitsReader> base;
+  if (!a.kl_base.empty()) {
+    auto opened = quality::LogitsReader::open(a.kl_base);
+    if (!opened.ok()) return prefixed("--kl-base: ", opened.status());
+    base = std::move(*opened);
+  }
+  HEARTH_ASSIGN_OR_RETURN(const std::size_t context,
+                          choose_context(a, config.n_ctx_train, base.get()));
+  auto plan = quality::plan_chunks(tokens.size(), context);
+  if (!plan.ok()) return prefixed("--text '" + a.text + "': ", plan.status());
+  if (base) {
+    const std::span<const std::int32_t> evaluated(tokens.data(), plan->n_chunks * context);
+    if (auto s = quality::check_base(base->header(), config.n_vocab, evaluated); !s.ok())
+      return prefixed("--kl-base '" + a.kl_base + "': ", s);
+  }
+  engine::ModuleOptions options;
+  options.context_length = context;
+  options.kv_cache = a.kv_cache;
+  HEARTH_ASSIGN_OR_RETURN(auto module, engine::Module::load(file, options));
+  const std::string description = str_cat(std::filesystem::path(a.model).filename().string(), " ",
+                                          module->weights().quantization(), ", ",
+                                          engine::kv_cache_type_name(a.kv_cache), " KV cache");
+  std::unique_ptr<quality::LogitsWriter> save;
+  if (!a.save_logits.empty()) {
+    auto created = quality::LogitsWriter::create(
+        a.save_logits, quality::header_for_run(*plan, config.n_vocab, tokens, description));
+    if (!created.ok()) return prefixed("--save-logits: ", created.status());
+    save = std::move(*created);
+  }
+  std::fprintf(stderr, "hearth-model perplexity: %s: %zu tokens, %zu chunks of %zu, %zu scored\n",
+               description.c_str(), tokens.size(), plan->n_chunks, context, plan->scored());
+  quality::EvaluateOptions eval;
+  eval.context = context;
+  if (tokenizer->add_bos_default() && tokenizer->bos() >= 0) eval.bos = tokenizer->bos();
+  eval.save = save.get();
+  eval.base = base.get();
+  eval.on_chunk = print_chunk;
+  HEARTH_ASSIGN_OR_RETURN(quality::PerplexityResult result,
+                          quality::evaluate(*module, tokens, eval));
+  print_result(result, base.get());
+  return result;
+}
+
+int perplexity(int argc, char** argv) {
+  // The instance's load report is a log: stdout carries only the figures.
+  spdlog::set_default_logger(spdlog::stderr_color_mt("hearth"));
+  absl::StatusOr<PerplexityArgs> args = perplexity_args(argc, argv);
+  if (!args.ok()) return fail(std::string(args.status().message()));
+  absl::StatusOr<quality::PerplexityResult> result = run_perplexity(*args);
+  if (!result.ok())
+    return fail("hearth-model perplexity: " + std::string(result.status().message()));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -366,5 +535,6 @@ int main(int argc, char** argv) {
   if (cmd == "render-chat") return render_chat(argc, argv);
   if (cmd == "quantize") return quantize(argc, argv);
   if (cmd == "synth") return synth(argc, argv);
+  if (cmd == "perplexity") return perplexity(argc, argv);
   return fail(("hearth-model: unknown command '" + cmd + "'\n").append(kUsage));
 }

@@ -273,10 +273,32 @@ struct Loader {
   }
 };
 
-// One layer's tensors, as the architecture's entry names them.
+// One layer's tensors, as the architecture's entry names them. The norms
+// come first and the projections in file order (q, k, v, o, gate, up,
+// down): a projection's file pages are dropped once it is packed, and a
+// read out of order could fault released neighbours back in (the kernel
+// maps page-cache folios larger than a page).
 absl::StatusOr<LayerWeights> load_layer(Loader& ld, const ModelConfig& c, const std::string& p) {
   const ArchitectureSpec& arch = *c.arch;
   const std::size_t d = c.n_embd;
+  struct Norms {
+    std::vector<float> attn, ffn, post_attn, post_ffn, q, k;
+  } n;
+  auto vec = [&](std::vector<float>& out, const char* name, std::size_t size,
+                 bool wanted) -> absl::Status {
+    if (!wanted) return absl::OkStatus();
+    HEARTH_ASSIGN_OR_RETURN(out, ld.vector(p + name + ".weight", size));
+    return absl::OkStatus();
+  };
+  const bool per_head = arch.qk_norm == QkNorm::kPerHead;
+  const bool qk = arch.qk_norm != QkNorm::kNone;
+  HEARTH_RETURN_IF_ERROR(vec(n.attn, "attn_norm", d, arch.pre_norms));
+  HEARTH_RETURN_IF_ERROR(vec(n.ffn, "ffn_norm", d, arch.pre_norms));
+  HEARTH_RETURN_IF_ERROR(vec(n.post_attn, "post_attention_norm", d, arch.post_norms));
+  HEARTH_RETURN_IF_ERROR(vec(n.post_ffn, "post_ffw_norm", d, arch.post_norms));
+  HEARTH_RETURN_IF_ERROR(vec(n.q, "attn_q_norm", per_head ? c.head_dim : c.q_dim(), qk));
+  HEARTH_RETURN_IF_ERROR(vec(n.k, "attn_k_norm", per_head ? c.head_dim : c.kv_dim(), qk));
+
   std::vector<Linear> qkv, gate_up;
   if (arch.fused_qkv) {
     HEARTH_RETURN_IF_ERROR(
@@ -288,6 +310,7 @@ absl::StatusOr<LayerWeights> load_layer(Loader& ld, const ModelConfig& c, const 
       qkv.push_back(std::move(l));
     }
   }
+  HEARTH_ASSIGN_OR_RETURN(auto wo, ld.linear(p + "attn_output.weight", c.q_dim(), d));
   if (arch.fused_gate_up) {
     HEARTH_RETURN_IF_ERROR(ld.linear_parts(p + "ffn_up.weight", d, {c.n_ff, c.n_ff}, gate_up));
   } else {
@@ -296,7 +319,6 @@ absl::StatusOr<LayerWeights> load_layer(Loader& ld, const ModelConfig& c, const 
       gate_up.push_back(std::move(l));
     }
   }
-  HEARTH_ASSIGN_OR_RETURN(auto wo, ld.linear(p + "attn_output.weight", c.q_dim(), d));
   HEARTH_ASSIGN_OR_RETURN(auto wd, ld.linear(p + "ffn_down.weight", c.n_ff, d));
   LayerWeights L{std::move(qkv[0]),
                  std::move(qkv[1]),
@@ -305,29 +327,15 @@ absl::StatusOr<LayerWeights> load_layer(Loader& ld, const ModelConfig& c, const 
                  std::move(gate_up[0]),
                  std::move(gate_up[1]),
                  std::move(wd),
+                 std::move(n.attn),
+                 std::move(n.ffn),
                  {},
                  {},
                  {},
-                 {},
-                 {},
-                 {},
-                 {},
-                 {},
-                 {}};
-  auto vec = [&](std::vector<float>& out, const char* name, std::size_t n,
-                 bool wanted) -> absl::Status {
-    if (!wanted) return absl::OkStatus();
-    HEARTH_ASSIGN_OR_RETURN(out, ld.vector(p + name + ".weight", n));
-    return absl::OkStatus();
-  };
-  HEARTH_RETURN_IF_ERROR(vec(L.attn_norm, "attn_norm", d, arch.pre_norms));
-  HEARTH_RETURN_IF_ERROR(vec(L.ffn_norm, "ffn_norm", d, arch.pre_norms));
-  HEARTH_RETURN_IF_ERROR(vec(L.post_attn_norm, "post_attention_norm", d, arch.post_norms));
-  HEARTH_RETURN_IF_ERROR(vec(L.post_ffn_norm, "post_ffw_norm", d, arch.post_norms));
-  const bool per_head = arch.qk_norm == QkNorm::kPerHead;
-  const bool qk = arch.qk_norm != QkNorm::kNone;
-  HEARTH_RETURN_IF_ERROR(vec(L.q_norm, "attn_q_norm", per_head ? c.head_dim : c.q_dim(), qk));
-  HEARTH_RETURN_IF_ERROR(vec(L.k_norm, "attn_k_norm", per_head ? c.head_dim : c.kv_dim(), qk));
+                 std::move(n.q),
+                 std::move(n.k),
+                 std::move(n.post_attn),
+                 std::move(n.post_ffn)};
   if (c.attn_bias) {
     HEARTH_ASSIGN_OR_RETURN(L.bq, ld.vector(p + "attn_q.bias", c.q_dim()));
     HEARTH_ASSIGN_OR_RETURN(L.bk, ld.vector(p + "attn_k.bias", c.kv_dim()));

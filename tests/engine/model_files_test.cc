@@ -660,6 +660,115 @@ TEST_F(ModelFiles, UnknownArchitectureAndMissingKeysAreRefusedByName) {
   }
 }
 
+// Each architecture's own keys and tensors (engine/architecture.h) are
+// checked like the common ones: a bad value or a missing tensor is refused
+// naming it and the file.
+TEST_F(ModelFiles, ArchitectureKeysAndTensorsAreRefusedByName) {
+  struct Case {
+    const char* arch;
+    std::size_t window;
+    const char* key;     // set to `value`, or added when absent
+    float value;
+    const char* tensor;  // dropped (nullptr: none)
+    const char* named;   // what the message must name
+  };
+  const Case cases[] = {
+      {"gemma2", 4, "gemma2.attn_logit_softcapping", -5.0f, nullptr,
+       "gemma2.attn_logit_softcapping"},
+      {"gemma2", 4, "gemma2.final_logit_softcapping", NAN, nullptr,
+       "gemma2.final_logit_softcapping"},
+      {"granite", 0, "granite.logit_scale", 0.0f, nullptr, "granite.logit_scale"},
+      {"granite", 0, "granite.residual_scale", INFINITY, nullptr, "granite.residual_scale"},
+      {"qwen2", 0, "qwen2.attention.sliding_window", 8.0f, nullptr,
+       "qwen2.attention.sliding_window"},
+      {"phi3", 4, "phi3.rope.scaling.attn_factor", -1.0f, nullptr, "phi3.rope.scaling.attn_factor"},
+      {"phi3", 4, nullptr, 0, "rope_factors_short.weight", "rope_factors_short.weight"},
+      {"phi3", 4, nullptr, 0, "blk.1.attn_qkv.weight", "blk.1.attn_qkv.weight"},
+      {"olmo2", 0, nullptr, 0, "blk.0.post_ffw_norm.weight", "blk.0.post_ffw_norm.weight"},
+      {"qwen3", 0, nullptr, 0, "blk.1.attn_k_norm.weight", "blk.1.attn_k_norm.weight"},
+      {"gemma3", 4, nullptr, 0, "blk.0.post_attention_norm.weight",
+       "blk.0.post_attention_norm.weight"},
+  };
+  for (const Case& c : cases) {
+    SCOPED_TRACE(c.named);
+    SyntheticModelSpec spec = small_spec(c.arch);
+    spec.sliding_window = c.window;
+    auto src = open_file(write("arch.gguf", synth(spec)));
+    ASSERT_NE(src, nullptr);
+    ASSERT_TRUE(Module::load(path("arch.gguf")).ok()) << "the unedited file loads";
+    const bool present = c.key != nullptr && src->find(c.key) != nullptr;
+    const std::string p = write(
+        "edited.gguf",
+        rewrite(
+            *src,
+            [&](const GgufKv& kv, GgufWriter& w) {
+              if (c.key == nullptr) return false;
+              if (kv.key == c.key) {
+                w.add_float32(kv.key, c.value);
+                return true;
+              }
+              if (!present && kv.key == "general.architecture") {
+                w.add_value(kv.key, kv.value);
+                if (std::string_view(c.key).ends_with("sliding_window")) {
+                  w.add_uint32(c.key, static_cast<std::uint32_t>(c.value));
+                } else {
+                  w.add_float32(c.key, c.value);
+                }
+                return true;
+              }
+              return false;
+            },
+            [&](const GgufTensorInfo& t, GgufWriter&) {
+              return c.tensor != nullptr && t.name == c.tensor;
+            }));
+    auto m = Module::load(p);
+    ASSERT_FALSE(m.ok());
+    EXPECT_NE(m.status().message().find(c.named), std::string::npos) << m.status();
+    EXPECT_NE(m.status().message().find(p), std::string::npos) << m.status();
+  }
+}
+
+// What the entries resolve to, for the layered ones: Gemma 2 slides on even
+// layers, Gemma 3 on five of six with RoPE base 10000 (its global layers:
+// the file's base and linear scaling), Granite's scales, Phi-3's factors.
+TEST_F(ModelFiles, ArchitectureTraitsResolveIntoTheConfig) {
+  auto config_of = [&](const char* arch, std::size_t layers, std::size_t window) {
+    SyntheticModelSpec spec = small_spec(arch);
+    spec.n_layer = layers;
+    spec.sliding_window = window;
+    auto m = Module::load(write(str_cat(arch, ".gguf"), synth(spec)));
+    EXPECT_TRUE(m.ok()) << m.status();
+    return m.ok() ? (*m)->config() : ModelConfig{};
+  };
+  const ModelConfig g2 = config_of("gemma2", 4, 32);
+  ASSERT_EQ(g2.layers.size(), 4u);
+  EXPECT_EQ(g2.layers[0].window, 32u);
+  EXPECT_EQ(g2.layers[1].window, 0u);
+  EXPECT_EQ(g2.layers[2].window, 32u);
+  EXPECT_EQ(g2.attn_softcap, 50.0f);
+  EXPECT_EQ(g2.final_softcap, 30.0f);
+  EXPECT_FLOAT_EQ(g2.embedding_scale, 8.0f);  // sqrt(64)
+  EXPECT_TRUE(g2.tied_output);
+  const ModelConfig g3 = config_of("gemma3", 7, 16);
+  for (std::size_t l = 0; l < 7; ++l) {
+    SCOPED_TRACE(l);
+    const bool global = l == 5;
+    EXPECT_EQ(g3.layers[l].window, global ? 0u : 16u);
+    EXPECT_EQ(g3.layers[l].rope_base, global ? 1000000.0f : 10000.0f);
+    EXPECT_EQ(g3.layers[l].rope_freq_scale, global ? 0.125f : 1.0f);
+  }
+  const ModelConfig gr = config_of("granite", 2, 0);
+  EXPECT_EQ(gr.embedding_scale, 12.0f);
+  EXPECT_EQ(gr.residual_scale, 0.22f);
+  EXPECT_EQ(gr.logit_scale, 0.125f);
+  EXPECT_EQ(gr.attention_scale, 4.0f / 64.0f);
+  const ModelConfig phi = config_of("phi3", 2, 0);
+  EXPECT_EQ(phi.rope_original_context, 64u);
+  EXPECT_EQ(phi.rope_attn_factor, 1.19f);
+  EXPECT_EQ(phi.layers[0].window, 0u);  // the file's 0: no window
+  EXPECT_EQ(phi.rope_style, kernels::RopeStyle::kNeox);
+}
+
 TEST_F(ModelFiles, UnsupportedTensorTypeIsRefusedNamingTensorAndType) {
   auto src = open_file(write("base.gguf", synth(small_spec("llama"))));
   ASSERT_NE(src, nullptr);

@@ -24,46 +24,27 @@
 #include "kernels/gguf_legacy_blocks.h"
 #include "memory/thread_temp_allocator.h"
 #include "tests/support/shared_data.h"
+#include "tests/support/temp_dir_test.h"
 
 namespace hearth::engine {
 namespace {
 
 namespace fs = std::filesystem;
-
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void write_file(const fs::path& p, const std::string& bytes) {
-  std::ofstream out(p, std::ios::binary);
-  out << bytes;
-}
+using testing::read_file;
+using testing::write_file;
 
 std::string model_path(const char* name) {
   return (testing::shared_dir() / "models" / name).string();
 }
 
 // A fresh directory per test, removed at the end.
-class ModelFiles : public ::testing::Test {
+class ModelFiles : public testing::TempDirTest {
  protected:
-  void SetUp() override {
-    static std::atomic<int> counter{0};
-    dir_ = fs::temp_directory_path() / ("hearth_model_files_test_" + std::to_string(::getpid()) +
-                                        "_" + std::to_string(counter++));
-    fs::remove_all(dir_);
-    ASSERT_TRUE(fs::create_directories(dir_));
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
   std::string write(const std::string& name, const std::string& bytes) {
     write_file(path(name), bytes);
     return path(name);
   }
-  fs::path dir_;
 };
 
 // A copy of `src` with metadata and tensors edited: each editor returns true
@@ -667,7 +648,7 @@ TEST_F(ModelFiles, ArchitectureKeysAndTensorsAreRefusedByName) {
   struct Case {
     const char* arch;
     std::size_t window;
-    const char* key;     // set to `value`, or added when absent
+    const char* key;  // set to `value`, or added when absent
     float value;
     const char* tensor;  // dropped (nullptr: none)
     const char* named;   // what the message must name
@@ -697,30 +678,29 @@ TEST_F(ModelFiles, ArchitectureKeysAndTensorsAreRefusedByName) {
     ASSERT_NE(src, nullptr);
     ASSERT_TRUE(Module::load(path("arch.gguf")).ok()) << "the unedited file loads";
     const bool present = c.key != nullptr && src->find(c.key) != nullptr;
-    const std::string p = write(
-        "edited.gguf",
-        rewrite(
-            *src,
-            [&](const GgufKv& kv, GgufWriter& w) {
-              if (c.key == nullptr) return false;
-              if (kv.key == c.key) {
-                w.add_float32(kv.key, c.value);
-                return true;
-              }
-              if (!present && kv.key == "general.architecture") {
-                w.add_value(kv.key, kv.value);
-                if (std::string_view(c.key).ends_with("sliding_window")) {
-                  w.add_uint32(c.key, static_cast<std::uint32_t>(c.value));
-                } else {
-                  w.add_float32(c.key, c.value);
-                }
-                return true;
-              }
-              return false;
-            },
-            [&](const GgufTensorInfo& t, GgufWriter&) {
-              return c.tensor != nullptr && t.name == c.tensor;
-            }));
+    const std::string p =
+        write("edited.gguf", rewrite(
+                                 *src,
+                                 [&](const GgufKv& kv, GgufWriter& w) {
+                                   if (c.key == nullptr) return false;
+                                   if (kv.key == c.key) {
+                                     w.add_float32(kv.key, c.value);
+                                     return true;
+                                   }
+                                   if (!present && kv.key == "general.architecture") {
+                                     w.add_value(kv.key, kv.value);
+                                     if (std::string_view(c.key).ends_with("sliding_window")) {
+                                       w.add_uint32(c.key, static_cast<std::uint32_t>(c.value));
+                                     } else {
+                                       w.add_float32(c.key, c.value);
+                                     }
+                                     return true;
+                                   }
+                                   return false;
+                                 },
+                                 [&](const GgufTensorInfo& t, GgufWriter&) {
+                                   return c.tensor != nullptr && t.name == c.tensor;
+                                 }));
     auto m = Module::load(p);
     ASSERT_FALSE(m.ok());
     EXPECT_NE(m.status().message().find(c.named), std::string::npos) << m.status();

@@ -22,6 +22,7 @@
 #include "engine/tokenizer.h"
 #include "tests/support/server_process.h"
 #include "tests/support/shared_data.h"
+#include "tests/support/temp_dir_test.h"
 #include "tools/logits_file.h"
 #include "tools/perplexity.h"
 
@@ -33,16 +34,8 @@ using quality::LogitsHeader;
 using quality::LogitsReader;
 using quality::LogitsWriter;
 using testing::ProcessResult;
-
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void write_file(const fs::path& p, const std::string& bytes) {
-  std::ofstream out(p, std::ios::binary);
-  out << bytes;
-}
+using testing::read_file;
+using testing::write_file;
 
 fs::path stories_text() { return fs::path(HEARTH_SOURCE_DIR) / "tests/tools/data/stories.txt"; }
 std::string stories_model() { return (testing::shared_dir() / "models/stories260K.gguf").string(); }
@@ -86,19 +79,8 @@ Loaded load(const std::string& model, engine::KvCacheType kv, std::size_t contex
   return l;
 }
 
-class PerplexityTest : public ::testing::Test {
+class PerplexityTest : public testing::TempDirTest {
  protected:
-  void SetUp() override {
-    static std::atomic<int> counter{0};
-    dir_ = fs::temp_directory_path() / ("hearth_perplexity_test_" + std::to_string(::getpid()) +
-                                        "_" + std::to_string(counter++));
-    fs::remove_all(dir_);
-    ASSERT_TRUE(fs::create_directories(dir_));
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
   std::string path(const std::string& name) const { return (dir_ / name).string(); }
 
   ProcessResult model(const std::vector<std::string>& args) {
@@ -120,8 +102,6 @@ class PerplexityTest : public ::testing::Test {
           << cmd << ": stderr should mention '" << e << "' but is:\n"
           << r.err;
   }
-
-  fs::path dir_;
 };
 
 // ---------------------------------------------------------------------------

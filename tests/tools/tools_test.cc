@@ -22,6 +22,7 @@
 #include "engine/unicode.h"
 #include "tests/support/server_process.h"
 #include "tests/support/shared_data.h"
+#include "tests/support/temp_dir_test.h"
 
 namespace hearth {
 namespace {
@@ -29,16 +30,8 @@ namespace {
 namespace fs = std::filesystem;
 using engine::GgmlType;
 using engine::GgufFile;
-
-std::string read_file(const fs::path& p) {
-  std::ifstream in(p, std::ios::binary);
-  return std::string(std::istreambuf_iterator<char>(in), {});
-}
-
-void write_file(const fs::path& p, const std::string& bytes) {
-  std::ofstream out(p, std::ios::binary);
-  out << bytes;
-}
+using testing::read_file;
+using testing::write_file;
 
 // ---------------------------------------------------------------------------
 // A small, strict JSON reader: enough to check that each line the tools print
@@ -281,20 +274,8 @@ void expect_refused(const ProcessResult& r, const std::vector<std::string>& args
       << r.err;
 }
 
-class ToolsTest : public ::testing::Test {
+class ToolsTest : public testing::TempDirTest {
  protected:
-  void SetUp() override {
-    static std::atomic<int> counter{0};
-    dir_ = fs::temp_directory_path() /
-           ("hearth_tools_test_" + std::to_string(::getpid()) + "_" + std::to_string(counter++));
-    fs::remove_all(dir_);
-    ASSERT_TRUE(fs::create_directories(dir_));
-  }
-  void TearDown() override {
-    std::error_code ec;
-    fs::remove_all(dir_, ec);
-  }
-
   fs::path path(const std::string& name) const { return dir_ / name; }
 
   // Runs `binary args...` with `input` on stdin; stdout and stderr go to files
@@ -312,8 +293,6 @@ class ToolsTest : public ::testing::Test {
   ProcessResult model(const std::vector<std::string>& args, const std::string& input = "") {
     return run(HEARTH_MODEL_BIN, args, input);
   }
-
-  fs::path dir_;
 };
 
 std::string stories() { return (testing::shared_dir() / "models/stories260K.gguf").string(); }

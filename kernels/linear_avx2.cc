@@ -84,8 +84,11 @@ void q4_half_tile(const PackedWeights& w, const QuantizedActivations& a, std::si
   Vec facc[T];
 #pragma GCC unroll 8
   for (int j = 0; j < T; ++j) facc[j] = zero();
+  Vec d_super[1], dmin_super[1];
+  d_super[0] = dmin_super[0] = zero();
 
   for (std::size_t b = 0; b < a.blocks; ++b) {
+    load_super_scales<kF, 1>(sp + 2 * kLanes * half, 0, b, d_super, dmin_super);
     IVec u[8];
 #pragma GCC unroll 4
     for (int c = 0; c < 4; ++c) {
@@ -94,7 +97,7 @@ void q4_half_tile(const PackedWeights& w, const QuantizedActivations& a, std::si
       u[c + 4] = high_nibbles(raw);
     }
     Vec dw, dmin;
-    unit_scales<kF>(sp, static_cast<int>(half), b, dw, dmin);
+    unit_scales<kF>(sp, static_cast<int>(half), b, d_super[0], dmin_super[0], dw, dmin);
 #pragma GCC unroll 8
     for (int j = 0; j < T; ++j) {
       IVec p[8];

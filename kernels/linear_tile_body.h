@@ -28,22 +28,53 @@
 //   kQ4DecodePrefetchBlocks      0, or how far ahead the decode tile
 //                                prefetches int4 blocks itself
 
-// The scales of block b for unit u (0..kUnits-1) of the group whose scales
-// start at group_sp (the group's scales region, walked per block or
-// super-block by next_scales): dw, the rows' scale, and for Q4_K dmin, the
-// rows' min (d * sc and dmin * m of kernels/linear_impl.h: exact products).
+// A K-quant super-block's row scales for unit u (0..kUnits-1) of the group
+// whose scales start at group_sp: d and (Q4_K, Q5_K) dmin, converted once per
+// super-block and kept in registers for its 8 blocks.
+template <WeightFormat kF>
+inline __attribute__((always_inline)) void super_scales(const std::uint8_t* group_sp, int u, Vec& d,
+                                                        Vec& dmin) {
+  const std::size_t f16 = 2 * kLanes * u;
+  d = load_f16_aligned(group_sp + f16);
+  if constexpr (kF == WeightFormat::kQ4_K || kF == WeightFormat::kQ5_K) {
+    dmin = load_f16_aligned(group_sp + kQ4KDminOffset + f16);
+  } else {
+    dmin = zero();
+  }
+}
+
+// The scales of block b for unit u of the group whose scales start at
+// group_sp (the group's scales region, walked per block or super-block by
+// next_scales): dw, the rows' scale, and for Q4_K and Q5_K dmin, the rows'
+// min (d * sc and dmin * m of kernels/linear_impl.h: exact products, from the
+// super-block's d and dmin given by super_scales).
 template <WeightFormat kF>
 inline __attribute__((always_inline)) void unit_scales(const std::uint8_t* group_sp, int u,
-                                                       std::size_t b, Vec& dw, Vec& dmin) {
-  const std::size_t f16 = 2 * kLanes * u;
+                                                       std::size_t b, Vec d, Vec dmin_super,
+                                                       Vec& dw, Vec& dmin) {
   if constexpr (kF == WeightFormat::kQ4_K || kF == WeightFormat::kQ5_K) {
     const std::size_t sc = kGroupRows * (b % kBlocksPerSuper) + kLanes * u;
-    dw = mul(load_f16_aligned(group_sp + f16), load_u8(group_sp + kQ4KScOffset + sc));
-    dmin = mul(load_f16_aligned(group_sp + kQ4KDminOffset + f16),
-               load_u8(group_sp + kQ4KMinOffset + sc));
+    dw = mul(d, load_u8(group_sp + kQ4KScOffset + sc));
+    dmin = mul(dmin_super, load_u8(group_sp + kQ4KMinOffset + sc));
   } else {
-    dw = load_f16_aligned(group_sp + f16);
+    dw = load_f16_aligned(group_sp + 2 * kLanes * u);
     dmin = zero();
+  }
+}
+
+// At the start of each super-block (K-quants), the units' d and dmin.
+template <WeightFormat kF, int H>
+inline __attribute__((always_inline)) void load_super_scales(const std::uint8_t* sp, std::size_t gs,
+                                                             std::size_t b, Vec (&d)[H],
+                                                             Vec (&dmin)[H]) {
+  constexpr int kUnits = static_cast<int>(kGroupRows / kLanes);
+  // (Q6_K reads its d per block: holding it costs its tile more than the
+  // load, measured by bench_kernels' BM_HotGemv.)
+  if constexpr (kF == WeightFormat::kQ4_K || kF == WeightFormat::kQ5_K) {
+    if (b % kBlocksPerSuper == 0)
+#pragma GCC unroll 8
+      for (int h = 0; h < H; ++h)
+        super_scales<kF>(sp + (h / kUnits) * gs, h % kUnits, d[h], dmin[h]);
   }
 }
 // Where block b + 1's scales start, given block b's.
@@ -182,9 +213,14 @@ void tile_blocks(const PackedWeights& w, const QuantizedActivations& a, std::siz
   for (int h = 0; h < H; ++h)
 #pragma GCC unroll 8
     for (int j = 0; j < T; ++j) facc[h][j] = zero();
+  // Set at block 0 (a super-block's first); zeroed for the compiler's sake.
+  [[maybe_unused]] Vec d_super[H], dmin_super[H];
+#pragma GCC unroll 8
+  for (int h = 0; h < H; ++h) d_super[h] = dmin_super[h] = zero();
 
   for (std::size_t b = 0; b < a.blocks; ++b) {
     prefetch_share(pf, b, pf_lines);
+    load_super_scales<kF, H>(at.sp, gs, b, d_super, dmin_super);
     IVec acc[H][T];
 #pragma GCC unroll 8
     for (int j = 0; j < T; ++j)
@@ -241,7 +277,8 @@ void tile_blocks(const PackedWeights& w, const QuantizedActivations& a, std::siz
 #pragma GCC unroll 8
     for (int h = 0; h < H; ++h) {
       Vec dw, dmin;
-      unit_scales<kF>(at.sp + (h / kUnits) * gs, h % kUnits, b, dw, dmin);
+      unit_scales<kF>(at.sp + (h / kUnits) * gs, h % kUnits, b, d_super[h], dmin_super[h], dw,
+                      dmin);
 #pragma GCC unroll 8
       for (int j = 0; j < T; ++j) {
         const Vec fdot = to_float(block_finish<kF>(acc[h][j], bp + j));
@@ -337,9 +374,13 @@ void tile_wide(const PackedWeights& w, const QuantizedActivations& a, std::size_
   for (int h = 0; h < H; ++h)
 #pragma GCC unroll 8
     for (int j = 0; j < T; ++j) facc[h][j] = zero();
+  Vec d_super[H], dmin_super[H];  // set at block 0 (a super-block's first)
+#pragma GCC unroll 8
+  for (int h = 0; h < H; ++h) d_super[h] = dmin_super[h] = zero();
 
   for (std::size_t b = 0; b < a.blocks; ++b) {
     prefetch_share(pf, b, pf_lines);
+    load_super_scales<kF, H>(at.sp, gs, b, d_super, dmin_super);
     IVec lo_acc[H][T], hi_acc[H][T];
 #pragma GCC unroll 8
     for (int h = 0; h < H; ++h)
@@ -392,7 +433,8 @@ void tile_wide(const PackedWeights& w, const QuantizedActivations& a, std::size_
 #pragma GCC unroll 8
       for (int h = 0; h < H; ++h) {
         Vec dw, dmin;
-        unit_scales<kF>(at.sp + (h / kUnits) * gs, h % kUnits, b, dw, dmin);
+        unit_scales<kF>(at.sp + (h / kUnits) * gs, h % kUnits, b, d_super[h], dmin_super[h], dw,
+                        dmin);
 #pragma GCC unroll 8
         for (int j = 0; j < T; ++j) {
           const Vec fdot = to_float(add_int(lo_acc[h][j], hi_acc[h][j]));

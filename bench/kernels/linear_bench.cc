@@ -24,6 +24,7 @@
 #include "bench_support.h"
 #include "kernels/cpu_features.h"
 #include "kernels/gguf_blocks.h"
+#include "kernels/gguf_kquants.h"
 #include "kernels/linear.h"
 #include "memory/caching_allocator.h"
 
@@ -35,7 +36,20 @@ using kernels::Linear;
 constexpr std::size_t kRotateBytes = std::size_t{1} << 30;
 
 const char* format_name(Linear::Format f) {
-  return f == Linear::Format::kQ8_0 ? "q8_0" : f == Linear::Format::kQ4_0 ? "q4_0" : "f32";
+  switch (f) {
+    case Linear::Format::kQ8_0:
+      return "q8_0";
+    case Linear::Format::kQ4_0:
+      return "q4_0";
+    case Linear::Format::kQ4_K:
+      return "q4_k";
+    case Linear::Format::kQ5_K:
+      return "q5_k";
+    case Linear::Format::kQ6_K:
+      return "q6_k";
+    default:
+      return "f32";
+  }
 }
 
 std::vector<float> random_floats(std::size_t n, unsigned seed) {
@@ -58,6 +72,21 @@ absl::StatusOr<Linear> make_linear(Linear::Format format, std::size_t n_out, std
     std::vector<kernels::BlockQ4_0> q(blocks);
     kernels::quantize_row_q4_0(w.data(), q.data(), n_out * n_in);
     return Linear::from_q4_0(q.data(), n_out, n_in);
+  }
+  if (format == Linear::Format::kQ4_K) {
+    std::vector<kernels::BlockQ4_K> q(blocks / 8);
+    kernels::quantize_row_q4_k(w.data(), q.data(), n_out * n_in);
+    return Linear::from_q4_k(q.data(), n_out, n_in);
+  }
+  if (format == Linear::Format::kQ5_K) {
+    std::vector<kernels::BlockQ5_K> q(blocks / 8);
+    kernels::quantize_row_q5_k(w.data(), q.data(), n_out * n_in);
+    return Linear::from_q5_k(q.data(), n_out, n_in);
+  }
+  if (format == Linear::Format::kQ6_K) {
+    std::vector<kernels::BlockQ6_K> q(blocks / 8);
+    kernels::quantize_row_q6_k(w.data(), q.data(), n_out * n_in);
+    return Linear::from_q6_k(q.data(), n_out, n_in);
   }
   return Linear::from_f32(w.data(), n_out, n_in);
 }
@@ -180,6 +209,31 @@ BENCHMARK_TEMPLATE(BM_DecodeGemv, Linear::Format::kQ4_0)
     ->Args({2048, 5632, 2})
     ->Iterations(2048)
     ->UseRealTime();
+
+// Decode's instruction cost, without the memory: one thread, one token, the
+// same weights every call (256 x 2048: 0.15-0.5 MB, resident in L2), as
+// packed weight bytes per second. Decode can run at the streaming bandwidth
+// only where this rate is well above a core's share of it; where it is not,
+// the format's inner loop (unpacking, per-block scales) is what to speed up.
+template <Linear::Format kFormat>
+void BM_HotGemv(benchmark::State& state) {
+  const std::size_t n_out = 256, n_in = 2048;
+  absl::StatusOr<Linear> l = make_linear(kFormat, n_out, n_in, random_floats(n_out * n_in, 3));
+  if (!l.ok()) std::abort();
+  std::vector<Linear> one;
+  one.push_back(std::move(*l));
+  const double seconds = seconds_per_rotating_call(state, one, 1, 1);
+  const double gbps = static_cast<double>(one[0].weight_bytes()) / seconds / 1e9;
+  state.counters["GB/s"] = gbps;
+  summary(std::string("hot GEMV (in L2) ") + format_name(kFormat) + " 256x2048", "1 thread",
+          fmt("%.1f GB/s of packed weights = %.0f%% of 1 thread's streaming bandwidth", gbps,
+              100 * gbps / stream_read_gbps(1)));
+}
+BENCHMARK_TEMPLATE(BM_HotGemv, Linear::Format::kQ8_0)->Iterations(20000)->UseRealTime();
+BENCHMARK_TEMPLATE(BM_HotGemv, Linear::Format::kQ4_0)->Iterations(20000)->UseRealTime();
+BENCHMARK_TEMPLATE(BM_HotGemv, Linear::Format::kQ4_K)->Iterations(20000)->UseRealTime();
+BENCHMARK_TEMPLATE(BM_HotGemv, Linear::Format::kQ5_K)->Iterations(20000)->UseRealTime();
+BENCHMARK_TEMPLATE(BM_HotGemv, Linear::Format::kQ6_K)->Iterations(20000)->UseRealTime();
 
 // A batched decode step's GEMM: M rows (one per decoding sequence) against
 // cold weights (the rotating copies, as the GEMV above), so the figure holds

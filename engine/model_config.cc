@@ -80,9 +80,9 @@ absl::Status read_architecture_traits(const GgufFile& f, ModelConfig& c) {
   }
   std::size_t window = 0;
   const std::string window_key = a + ".attention.sliding_window";
-  if (f.find(window_key) != nullptr) {
-    if (!arch.sliding_window.allowed)
-      return invalid(f, str_cat("has '", window_key, "', which ", a, " models do not use"));
+  // Architectures without sliding-window layers ignore the key, as llama.cpp
+  // does (Qwen 2's configs carry an unused sliding_window, for one).
+  if (arch.sliding_window.allowed && f.find(window_key) != nullptr) {
     auto w = f.get_uint(window_key);
     if (!w.ok()) return w.status();
     window = static_cast<std::size_t>(*w);  // 0: no window (files write 0 for "none")

@@ -660,8 +660,10 @@ TEST_F(ModelFiles, ArchitectureKeysAndTensorsAreRefusedByName) {
        "gemma2.final_logit_softcapping"},
       {"granite", 0, "granite.logit_scale", 0.0f, nullptr, "granite.logit_scale"},
       {"granite", 0, "granite.residual_scale", INFINITY, nullptr, "granite.residual_scale"},
-      {"qwen2", 0, "qwen2.attention.sliding_window", 8.0f, nullptr,
-       "qwen2.attention.sliding_window"},
+      {"phi3", 4, "phi3.rope.scaling.original_context_length", 64.0f, nullptr,
+       "phi3.rope.scaling.original_context_length"},
+      {"gemma2", 4, "gemma2.attention.sliding_window", 4.0f, nullptr,
+       "gemma2.attention.sliding_window"},
       {"phi3", 4, "phi3.rope.scaling.attn_factor", -1.0f, nullptr, "phi3.rope.scaling.attn_factor"},
       {"phi3", 4, nullptr, 0, "rope_factors_short.weight", "rope_factors_short.weight"},
       {"phi3", 4, nullptr, 0, "blk.1.attn_qkv.weight", "blk.1.attn_qkv.weight"},
@@ -677,30 +679,24 @@ TEST_F(ModelFiles, ArchitectureKeysAndTensorsAreRefusedByName) {
     auto src = open_file(write("arch.gguf", synth(spec)));
     ASSERT_NE(src, nullptr);
     ASSERT_TRUE(Module::load(path("arch.gguf")).ok()) << "the unedited file loads";
+    // The key set to c.value (a float: integer keys are then refused as the
+    // wrong type), or added after general.architecture when the file has none.
     const bool present = c.key != nullptr && src->find(c.key) != nullptr;
-    const std::string p =
-        write("edited.gguf", rewrite(
-                                 *src,
-                                 [&](const GgufKv& kv, GgufWriter& w) {
-                                   if (c.key == nullptr) return false;
-                                   if (kv.key == c.key) {
-                                     w.add_float32(kv.key, c.value);
-                                     return true;
-                                   }
-                                   if (!present && kv.key == "general.architecture") {
-                                     w.add_value(kv.key, kv.value);
-                                     if (std::string_view(c.key).ends_with("sliding_window")) {
-                                       w.add_uint32(c.key, static_cast<std::uint32_t>(c.value));
-                                     } else {
-                                       w.add_float32(c.key, c.value);
-                                     }
-                                     return true;
-                                   }
-                                   return false;
-                                 },
-                                 [&](const GgufTensorInfo& t, GgufWriter&) {
-                                   return c.tensor != nullptr && t.name == c.tensor;
-                                 }));
+    const KvEdit set_key = [&](const GgufKv& kv, GgufWriter& w) {
+      if (c.key == nullptr) return false;
+      if (kv.key == c.key) {
+        w.add_float32(kv.key, c.value);
+        return true;
+      }
+      if (present || kv.key != "general.architecture") return false;
+      w.add_value(kv.key, kv.value);
+      w.add_float32(c.key, c.value);
+      return true;
+    };
+    const TensorEdit drop_tensor = [&](const GgufTensorInfo& t, GgufWriter&) {
+      return c.tensor != nullptr && t.name == c.tensor;
+    };
+    const std::string p = write("edited.gguf", rewrite(*src, set_key, drop_tensor));
     auto m = Module::load(p);
     ASSERT_FALSE(m.ok());
     EXPECT_NE(m.status().message().find(c.named), std::string::npos) << m.status();
@@ -747,6 +743,24 @@ TEST_F(ModelFiles, ArchitectureTraitsResolveIntoTheConfig) {
   EXPECT_EQ(phi.rope_attn_factor, 1.19f);
   EXPECT_EQ(phi.layers[0].window, 0u);  // the file's 0: no window
   EXPECT_EQ(phi.rope_style, kernels::RopeStyle::kNeox);
+
+  // An architecture without sliding-window layers ignores the key, as
+  // llama.cpp does (Qwen 2's configs carry one they do not use).
+  auto qwen2 = open_file(write("qwen2.gguf", synth(small_spec("qwen2"))));
+  ASSERT_NE(qwen2, nullptr);
+  const std::string with_window =
+      write("qwen2_window.gguf", rewrite(
+                                     *qwen2,
+                                     [](const GgufKv& kv, GgufWriter& w) {
+                                       if (kv.key != "general.architecture") return false;
+                                       w.add_value(kv.key, kv.value);
+                                       w.add_uint32("qwen2.attention.sliding_window", 8);
+                                       return true;
+                                     },
+                                     nullptr));
+  auto m = Module::load(with_window);
+  ASSERT_TRUE(m.ok()) << m.status();
+  for (const LayerAttention& l : (*m)->config().layers) EXPECT_EQ(l.window, 0u);
 }
 
 TEST_F(ModelFiles, UnsupportedTensorTypeIsRefusedNamingTensorAndType) {

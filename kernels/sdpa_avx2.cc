@@ -35,7 +35,11 @@ HEARTH_SDPA_INLINE Vec scale_lanes(const float* k_scale) {
   if constexpr (P == 8) return _mm256_loadu_ps(k_scale);
   if constexpr (P == 4) return _mm256_broadcast_ps(reinterpret_cast<const __m128*>(k_scale));
   if constexpr (P == 2) {
-    return _mm256_castpd_ps(_mm256_broadcast_sd(reinterpret_cast<const double*>(k_scale)));
+    // The pair as one 8-byte value, from any float position (a sliding
+    // window's tiles start anywhere): memcpy, not a misaligned double load.
+    double pair;
+    std::memcpy(&pair, k_scale, sizeof pair);
+    return _mm256_castpd_ps(_mm256_set1_pd(pair));
   }
   return _mm256_broadcast_ss(k_scale);
 }

@@ -313,6 +313,12 @@ std::vector<Shape> odd_shapes(Format format) {
     for (std::size_t n_out : {1, 17, 33, 100})
       for (std::size_t m : {1, 3, 4, 5, 6, 7, 8, 9, 14, 130}) {
         if (n_in > 4096 && n_out == 100 && m == 130) continue;  // keep the scalar runs short
+#if defined(HEARTH_SANITIZER_ADDRESS) || defined(HEARTH_SANITIZER_THREAD)
+        // Under a sanitizer (memory errors, not arithmetic: the release run
+        // checks every shape), one 130-token shape per width: those are most
+        // of the test's time, and the other m already cover every tile tail.
+        if (m == 130 && n_out != 17) continue;
+#endif
         shapes.push_back({n_out, n_in, m});
       }
   return shapes;

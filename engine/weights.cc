@@ -238,17 +238,13 @@ struct Loader {
                                      : Linear::from_q8_0(to_q8_0(x).data(), n_out, n_in);
           break;
         }
-        case GgmlType::kQ4_1:
-        case GgmlType::kQ5_0:
-        case GgmlType::kQ5_1:
-        case GgmlType::kIQ4_NL: {
+        default: {
+          // to_float() refuses every type not handled here, naming it.
+          if (!runs_as_q8_0(ti.type)) return to_float(f, ti).status();
           HEARTH_ASSIGN_OR_RETURN(auto q, legacy_to_q8_0(f, ti));
           l = Linear::from_q8_0(q.data(), n_out, n_in);
           break;
         }
-        default:
-          // to_float() refuses every type not handled above, naming it.
-          return to_float(f, ti).status();
       }
     }
     if (!l.ok()) return bad_tensor(f, ti, std::string(l.status().message()));
@@ -260,14 +256,8 @@ struct Loader {
     return l;
   }
 
-  absl::StatusOr<std::vector<float>> vector(const std::string& name, std::size_t n,
-                                            bool optional = false) {
-    const GgufTensorInfo* t = f.find_tensor(name);
-    if (t == nullptr) {
-      if (optional) return std::vector<float>();
-      return absl::InvalidArgumentError(
-          str_cat("model '", f.name(), "' is missing the tensor '", name, "'"));
-    }
+  absl::StatusOr<std::vector<float>> vector(const std::string& name, std::size_t n) {
+    HEARTH_ASSIGN_OR_RETURN(auto t, find(f, name));
     if (auto s = check_shape(f, *t, n, 0); !s.ok()) return s;
     return to_float(f, *t);
   }
@@ -393,14 +383,10 @@ absl::StatusOr<std::shared_ptr<const ModelWeights>> ModelWeights::load(
       w->embedding_type_ = kernels::DType::kQ6_K;
       break;
     default: {
-      std::vector<kernels::BlockQ8_0> q;
-      if (runs_as_q8_0(et.type)) {
-        HEARTH_ASSIGN_OR_RETURN(q, legacy_to_q8_0(f, et));
-      } else {
-        HEARTH_ASSIGN_OR_RETURN(auto x, to_float(f, et));
-        if (c.n_embd % 32 != 0) return bad_tensor(f, et, "embedding rows must be a multiple of 32");
-        q = to_q8_0(x);
-      }
+      // Every other type to_float() reads has a case above; it refuses the
+      // rest, naming the type.
+      if (!runs_as_q8_0(et.type)) return to_float(f, et).status();
+      HEARTH_ASSIGN_OR_RETURN(const auto q, legacy_to_q8_0(f, et));
       w->embedding_converted_.resize(q.size() * sizeof(kernels::BlockQ8_0));
       std::memcpy(w->embedding_converted_.data(), q.data(), w->embedding_converted_.size());
       w->embedding_type_ = kernels::DType::kQ8_0;

@@ -28,19 +28,14 @@
 //   kQ4DecodePrefetchBlocks      0, or how far ahead the decode tile
 //                                prefetches int4 blocks itself
 
-// A K-quant super-block's row scales for unit u (0..kUnits-1) of the group
-// whose scales start at group_sp: d and (Q4_K, Q5_K) dmin, converted once per
+// A Q4_K / Q5_K super-block's row scales for unit u (0..kUnits-1) of the
+// group whose scales start at group_sp: d and dmin, converted once per
 // super-block and kept in registers for its 8 blocks.
-template <WeightFormat kF>
 inline __attribute__((always_inline)) void super_scales(const std::uint8_t* group_sp, int u, Vec& d,
                                                         Vec& dmin) {
   const std::size_t f16 = 2 * kLanes * u;
   d = load_f16_aligned(group_sp + f16);
-  if constexpr (kF == WeightFormat::kQ4_K || kF == WeightFormat::kQ5_K) {
-    dmin = load_f16_aligned(group_sp + kQ4KDminOffset + f16);
-  } else {
-    dmin = zero();
-  }
+  dmin = load_f16_aligned(group_sp + kQ4KDminOffset + f16);
 }
 
 // The scales of block b for unit u of the group whose scales start at
@@ -73,8 +68,7 @@ inline __attribute__((always_inline)) void load_super_scales(const std::uint8_t*
   if constexpr (kF == WeightFormat::kQ4_K || kF == WeightFormat::kQ5_K) {
     if (b % kBlocksPerSuper == 0)
 #pragma GCC unroll 8
-      for (int h = 0; h < H; ++h)
-        super_scales<kF>(sp + (h / kUnits) * gs, h % kUnits, d[h], dmin[h]);
+      for (int h = 0; h < H; ++h) super_scales(sp + (h / kUnits) * gs, h % kUnits, d[h], dmin[h]);
   }
 }
 // Where block b + 1's scales start, given block b's.

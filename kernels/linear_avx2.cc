@@ -64,6 +64,7 @@ inline IVec q8_products(IVec acc, const Q8Unit& u, IVec x) {
   return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
 }
 constexpr std::size_t kQ4DecodePrefetchBlocks = 0;
+constexpr std::size_t kWideDecodePrefetchBlocks = 0;
 
 #include "kernels/linear_tile_body.h"
 

@@ -52,6 +52,7 @@ using Q8Unit = IVec;
 inline Q8Unit q8_unit(IVec stored) { return stored; }
 inline IVec q8_products(IVec acc, Q8Unit w, IVec x) { return _mm512_dpbusd_epi32(acc, w, x); }
 constexpr std::size_t kQ4DecodePrefetchBlocks = 8;
+constexpr std::size_t kWideDecodePrefetchBlocks = 4;
 
 #include "kernels/linear_tile_body.h"
 

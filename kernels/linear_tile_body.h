@@ -27,6 +27,7 @@
 //                                 steps of unsigned 6-bit q (Q6_K)
 //   kQ4DecodePrefetchBlocks      0, or how far ahead the decode tile
 //                                prefetches int4 blocks itself
+//   kWideDecodePrefetchBlocks    the same for Q5_K and Q6_K blocks
 
 // A Q4_K / Q5_K super-block's row scales for unit u (0..kUnits-1) of the
 // group whose scales start at group_sp: d and dmin, converted once per
@@ -375,6 +376,18 @@ void tile_wide(const PackedWeights& w, const QuantizedActivations& a, std::size_
   for (std::size_t b = 0; b < a.blocks; ++b) {
     prefetch_share(pf, b, pf_lines);
     load_super_scales<kF, H>(at.sp, gs, b, d_super, dmin_super);
+    if constexpr (T == 1 && kWideDecodePrefetchBlocks > 0) {
+      // Decode: as tile_blocks' int4 prefetch; these blocks cost even more
+      // instructions per byte (their high bits), so the hardware prefetcher
+      // falls further behind (docs/performance.md).
+#pragma GCC unroll 4
+      for (int i = 0; i < G; ++i)
+#pragma GCC unroll 6
+        for (std::size_t c = 0; c < kBlockBytes / 64; ++c)
+          _mm_prefetch(reinterpret_cast<const char*>(
+                           wp + i * gs + kWideDecodePrefetchBlocks * kBlockBytes + 64 * c),
+                       _MM_HINT_T0);
+    }
     IVec lo_acc[H][T], hi_acc[H][T];
 #pragma GCC unroll 8
     for (int h = 0; h < H; ++h)

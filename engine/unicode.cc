@@ -13,21 +13,37 @@ namespace unicode_data {
 extern const char kUnicodeVersion[];
 extern const std::size_t kCategoryRunCount;
 extern const std::uint32_t kCategoryRuns[];
+extern const std::size_t kLetterRunCount;
+extern const std::uint32_t kLetterRuns[];
 extern const std::size_t kWhitespaceRangeCount;
 extern const std::uint32_t kWhitespaceRanges[][2];
 }  // namespace unicode_data
 
-UnicodeCategory unicode_category(char32_t c) {
-  if (c > 0x10FFFF) return UnicodeCategory::kUnassigned;
+namespace {
+
+// The value of the run holding c (<= U+10FFFF) in a generated run table.
+std::uint8_t run_value(const std::uint32_t* runs, std::size_t count, char32_t c) {
   // The last run whose first code point is <= c. Entries are sorted by first
   // code point, and comparing packed entries compares first code points,
   // because c << 8 | 0xFF is at least every entry that starts at c.
-  const std::uint32_t* begin = unicode_data::kCategoryRuns;
-  const std::uint32_t* end = begin + unicode_data::kCategoryRunCount;
   const std::uint32_t key = (static_cast<std::uint32_t>(c) << 8) | 0xFFu;
-  const std::uint32_t* it = std::upper_bound(begin, end, key);
-  // The first run starts at U+0000, so `it` is never `begin`.
-  return static_cast<UnicodeCategory>(it[-1] & 0xFFu);
+  const std::uint32_t* it = std::upper_bound(runs, runs + count, key);
+  // The first run starts at U+0000, so `it` is never `runs`.
+  return static_cast<std::uint8_t>(it[-1] & 0xFFu);
+}
+
+}  // namespace
+
+UnicodeCategory unicode_category(char32_t c) {
+  if (c > 0x10FFFF) return UnicodeCategory::kUnassigned;
+  return static_cast<UnicodeCategory>(
+      run_value(unicode_data::kCategoryRuns, unicode_data::kCategoryRunCount, c));
+}
+
+LetterCategory letter_category(char32_t c) {
+  if (c > 0x10FFFF) return LetterCategory::kNotALetter;
+  return static_cast<LetterCategory>(
+      run_value(unicode_data::kLetterRuns, unicode_data::kLetterRunCount, c));
 }
 
 bool is_unicode_whitespace(char32_t c) {

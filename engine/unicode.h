@@ -1,6 +1,6 @@
 // Unicode helpers for the tokenizers: strict UTF-8 decoding and encoding, and
 // the character classes the pre-tokenizer rules are written in (\p{L}, \p{N},
-// \p{P}, \s).
+// \p{P}, \s, and the letter subcategories \p{Lu}, \p{Ll}, ...).
 //
 // The category data is generated from Python's `unicodedata` by
 // engine/gen_unicode_tables.py into engine/unicode_tables.cc (see
@@ -28,6 +28,21 @@ enum class UnicodeCategory : std::uint8_t {
 };
 
 UnicodeCategory unicode_category(char32_t c);
+
+// A letter's general category, for regexes that tell letters apart by case
+// (\p{Lu}, \p{Ll}, \p{Lt}, \p{Lm}, \p{Lo}). Every code point whose
+// unicode_category() is kLetter has one of the five; all others (marks
+// included) are kNotALetter.
+enum class LetterCategory : std::uint8_t {
+  kNotALetter = 0,
+  kUppercase = 1,  // Lu
+  kLowercase = 2,  // Ll
+  kTitlecase = 3,  // Lt
+  kModifier = 4,   // Lm
+  kOther = 5,      // Lo
+};
+
+LetterCategory letter_category(char32_t c);
 inline bool is_unicode_letter(char32_t c) {
   return unicode_category(c) == UnicodeCategory::kLetter;
 }

@@ -62,6 +62,40 @@ TEST(Unicode, CategoriesOfKnownCharacters) {
   EXPECT_FALSE(is_unicode_punctuation('+'));
 }
 
+TEST(Unicode, LetterSubcategoriesOfKnownCharacters) {
+  using L = LetterCategory;
+  struct Case {
+    char32_t c;
+    L want;
+  };
+  const Case cases[] = {
+      {'A', L::kUppercase},     {'Z', L::kUppercase},       {0x00C9, L::kUppercase},  // É
+      {0x0416, L::kUppercase},                                                        // Ж
+      {'a', L::kLowercase},     {'z', L::kLowercase},       {0x00E9, L::kLowercase},  // é
+      {0x00DF, L::kLowercase},  {0x00B5, L::kLowercase},                              // ß µ
+      {0x01C5, L::kTitlecase},  {0x1F88, L::kTitlecase},                              // ǅ ᾈ
+      {0x02B0, L::kModifier},   {0x3005, L::kModifier},     {0xFF70, L::kModifier},   // ʰ 々 ｰ
+      {0x4E00, L::kOther},      {0x00AA, L::kOther},        {0xAC00, L::kOther},      // 一 ª 가
+      {0x0627, L::kOther},      {0x0939, L::kOther},        {0x20000, L::kOther},     // ا ह 𠀀
+      {0x0301, L::kNotALetter}, {0x093F, L::kNotALetter},                             // marks
+      {'0', L::kNotALetter},    {' ', L::kNotALetter},      {'\'', L::kNotALetter},
+      {0x0378, L::kNotALetter}, {0x10FFFF, L::kNotALetter}, {0x110000, L::kNotALetter},
+  };
+  for (const Case& c : cases) {
+    EXPECT_EQ(letter_category(c.c), c.want) << "U+" << std::hex << static_cast<std::uint32_t>(c.c);
+  }
+}
+
+TEST(Unicode, LetterSubcategoriesAgreeWithTheMajorCategory) {
+  // The two tables are generated separately; a letter has exactly one
+  // subcategory and nothing else has one.
+  for (char32_t c = 0; c <= 0x10FFFF; ++c) {
+    const bool letter = unicode_category(c) == UnicodeCategory::kLetter;
+    ASSERT_EQ(letter_category(c) != LetterCategory::kNotALetter, letter)
+        << "U+" << std::hex << static_cast<std::uint32_t>(c);
+  }
+}
+
 TEST(Unicode, WhitespaceIsTheWhiteSpaceProperty) {
   for (char32_t c :
        std::vector<char32_t>{0x09, 0x0A, 0x0B, 0x0C, 0x0D, 0x20, 0x85, 0xA0, 0x1680, 0x2000, 0x2005,

@@ -12,14 +12,43 @@ namespace hearth::engine {
 namespace {
 
 // The text as characters, each with the classes the rules test, computed once.
-enum : std::uint8_t { kWs = 1, kLetter = 2, kNumber = 4, kPunct = 8 };
+// kUpper and kLower are Tekken's and GPT-4o's letter classes
+// [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] and [\p{Ll}\p{Lm}\p{Lo}\p{M}]; only those
+// rule lists need them, so they are looked up only when asked for.
+enum : std::uint8_t {
+  kWs = 1,
+  kLetter = 2,
+  kNumber = 4,
+  kPunct = 8,
+  kUpper = 16,
+  kLower = 32,
+};
+
+// The kUpper/kLower bits of a character of major category `cat`.
+std::uint8_t letter_case_classes(char32_t c, UnicodeCategory cat) {
+  if (cat == UnicodeCategory::kMark) return kUpper | kLower;
+  if (cat != UnicodeCategory::kLetter) return 0;
+  switch (letter_category(c)) {
+    case LetterCategory::kUppercase:
+    case LetterCategory::kTitlecase:
+      return kUpper;
+    case LetterCategory::kLowercase:
+      return kLower;
+    case LetterCategory::kModifier:
+    case LetterCategory::kOther:
+      return kUpper | kLower;
+    case LetterCategory::kNotALetter:
+      break;
+  }
+  return 0;
+}
 
 struct Text {
   std::vector<char32_t> cp;
   std::vector<std::uint8_t> cls;
   std::vector<std::size_t> byte;  // byte offset of each character, then the text's size
 
-  explicit Text(std::string_view s) {
+  Text(std::string_view s, bool letter_case) {
     cp.reserve(s.size());
     cls.reserve(s.size());
     byte.reserve(s.size() + 1);
@@ -30,18 +59,20 @@ struct Text {
       // character that is neither letter, number, punctuation nor space.
       const char32_t c = ch.code_point;
       std::uint8_t k = 0;
+      const UnicodeCategory cat = unicode_category(c);
+      if (letter_case) k = letter_case_classes(c, cat);
       if (is_unicode_whitespace(c)) {
-        k = kWs;
+        k |= kWs;
       } else {
-        switch (unicode_category(c)) {
+        switch (cat) {
           case UnicodeCategory::kLetter:
-            k = kLetter;
+            k |= kLetter;
             break;
           case UnicodeCategory::kNumber:
-            k = kNumber;
+            k |= kNumber;
             break;
           case UnicodeCategory::kPunctuation:
-            k = kPunct;
+            k |= kPunct;
             break;
           default:
             break;
@@ -59,6 +90,8 @@ struct Text {
   bool letter(std::size_t i) const { return cls[i] & kLetter; }
   bool number(std::size_t i) const { return cls[i] & kNumber; }
   bool punct(std::size_t i) const { return cls[i] & kPunct; }
+  bool upper(std::size_t i) const { return cls[i] & kUpper; }
+  bool lower(std::size_t i) const { return cls[i] & kLower; }
   // [^\s\p{L}\p{N}]
   bool other(std::size_t i) const { return (cls[i] & (kWs | kLetter | kNumber)) == 0; }
   bool newline(std::size_t i) const { return cp[i] == '\r' || cp[i] == '\n'; }
@@ -93,11 +126,24 @@ std::size_t run(std::size_t pos, std::size_t end, Pred pred) {
 
 char32_t ascii_lower(char32_t c) { return (c >= 'A' && c <= 'Z') ? c + ('a' - 'A') : c; }
 
-// 's|'t|'re|'ve|'m|'ll|'d, optionally case-insensitive (ASCII letters only,
-// as in the reference implementation).
-std::size_t contraction(const Text& t, std::size_t pos, std::size_t end, bool fold_case) {
-  if (t.cp[pos] != '\'' || pos + 1 >= end) return 0;
-  const auto at = [&](std::size_t i) { return fold_case ? ascii_lower(t.cp[i]) : t.cp[i]; };
+enum class Fold {
+  kNone,
+  kAscii,    // ASCII letters only, as llama.cpp does for Llama 3
+  kUnicode,  // (?i) with Unicode simple case folding, which adds U+017F ſ -> s
+};
+
+char32_t fold_contraction_letter(char32_t c, Fold fold) {
+  if (fold == Fold::kNone) return c;
+  // Of the letters s t r e v m l d, only s has a fold-equivalent beyond its
+  // ASCII capital (the long s); Hugging Face's (?i) matches it.
+  if (fold == Fold::kUnicode && c == 0x017F) return 's';
+  return ascii_lower(c);
+}
+
+// 's|'t|'re|'ve|'m|'ll|'d, optionally case-insensitive.
+std::size_t contraction(const Text& t, std::size_t pos, std::size_t end, Fold fold) {
+  if (pos >= end || t.cp[pos] != '\'' || pos + 1 >= end) return 0;
+  const auto at = [&](std::size_t i) { return fold_contraction_letter(t.cp[i], fold); };
   const char32_t a = at(pos + 1);
   if (a == 's' || a == 't' || a == 'm' || a == 'd') return 2;
   if (pos + 2 >= end) return 0;
@@ -117,7 +163,7 @@ std::size_t whitespace_run(const Text& t, std::size_t pos, std::size_t end) {
 
 // GPT-2: 's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 std::size_t gpt2_at(const Text& t, std::size_t pos, std::size_t end) {
-  if (const std::size_t n = contraction(t, pos, end, /*fold_case=*/false)) return n;
+  if (const std::size_t n = contraction(t, pos, end, Fold::kNone)) return n;
   // The optional leading space joins whichever class follows it.
   const std::size_t lead = (t.cp[pos] == ' ' && pos + 1 < end) ? 1 : 0;
   const std::size_t body = pos + lead;
@@ -127,12 +173,25 @@ std::size_t gpt2_at(const Text& t, std::size_t pos, std::size_t end) {
   return whitespace_run(t, pos, end);
 }
 
+// \s*[\r\n]+|\s+(?!\S)|\s+, the tail of the Llama 3 family's rules, at a
+// character no earlier branch matched.
+std::size_t line_breaks_or_whitespace_at(const Text& t, std::size_t pos, std::size_t end) {
+  // \s*[\r\n]+ takes the run up to and including its last line break
+  // (backtracking \s* gives back everything after it).
+  const std::size_t n = run(pos, end, [&](std::size_t i) { return t.ws(i); });
+  for (std::size_t i = pos + n; i > pos; --i) {
+    if (t.newline(i - 1)) return i - pos;
+  }
+  if (n > 1 && pos + n < end) return n - 1;  // \s+(?!\S)
+  return std::max<std::size_t>(n, 1);        // \s+ (every character matches some branch)
+}
+
 // Llama 3 / Qwen 2 (max_digits 3 / 1):
 // (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,max}
 // | ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
 template <std::size_t max_digits>
 std::size_t llama3_at(const Text& t, std::size_t pos, std::size_t end) {
-  if (const std::size_t n = contraction(t, pos, end, /*fold_case=*/true)) return n;
+  if (const std::size_t n = contraction(t, pos, end, Fold::kAscii)) return n;
   // [^\r\n\p{L}\p{N}]?\p{L}+: one character of any other class may lead a letter run.
   if (!t.newline(pos) && !t.number(pos)) {
     if (t.letter(pos) || (pos + 1 < end && t.letter(pos + 1))) {
@@ -150,14 +209,82 @@ std::size_t llama3_at(const Text& t, std::size_t pos, std::size_t end) {
     p += run(p, end, [&](std::size_t i) { return t.newline(i); });
     return p - pos;
   }
-  // Whitespace. \s*[\r\n]+ takes the run up to and including its last line
-  // break (backtracking \s* gives back everything after it).
-  const std::size_t n = run(pos, end, [&](std::size_t i) { return t.ws(i); });
-  for (std::size_t i = pos + n; i > pos; --i) {
-    if (t.newline(i - 1)) return i - pos;
+  return line_breaks_or_whitespace_at(t, pos, end);
+}
+
+// ---- Tekken / GPT-4o ----------------------------------------------------------
+//
+// Their letter words split runs at case changes with two overlapping classes,
+// U = [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}] and L = [\p{Ll}\p{Lm}\p{Lo}\p{M}]:
+//   [^\r\n\p{L}\p{N}]?U*L+  |  [^\r\n\p{L}\p{N}]?U+L*
+// Lm, Lo and marks are in both, so U* can swallow what L+ needs and must
+// give it back (backtracking); marks are not \p{L}, so a mark can also be the
+// optional lead character, and when taking it leaves no word the regex tries
+// again without it. The matchers below replay that search order.
+
+constexpr std::size_t kNoMatch = static_cast<std::size_t>(-1);
+
+// U*L+ from `s`: its end, or kNoMatch. U* is greedy: the longest U-run is
+// tried first, then shorter ones, until L+ can start where it stops. The
+// longest U-run stops at a non-U character, which is in L only if it is Ll.
+std::size_t upper_then_lower_end(const Text& t, std::size_t s, std::size_t end) {
+  const std::size_t u = run(s, end, [&](std::size_t i) { return t.upper(i); });
+  for (std::size_t k = u + 1; k-- > 0;) {
+    const std::size_t l = s + k;
+    if (l < end && t.lower(l)) return l + run(l, end, [&](std::size_t i) { return t.lower(i); });
   }
-  if (n > 1 && pos + n < end) return n - 1;  // \s+(?!\S)
-  return std::max<std::size_t>(n, 1);        // \s+ (every character matches some branch)
+  return kNoMatch;
+}
+
+// U+L* from `s`: its end, or kNoMatch. Both greedy, and L* cannot fail.
+std::size_t upper_then_optional_lower_end(const Text& t, std::size_t s, std::size_t end) {
+  const std::size_t u = run(s, end, [&](std::size_t i) { return t.upper(i); });
+  if (u == 0) return kNoMatch;
+  return s + u + run(s + u, end, [&](std::size_t i) { return t.lower(i); });
+}
+
+// [^\r\n\p{L}\p{N}]?U*L+|[^\r\n\p{L}\p{N}]?U+L* at `pos`: the match's end,
+// or kNoMatch. Each alternative tries the lead character first (when there
+// is one) and then the same pattern without it, before the next alternative.
+std::size_t cased_letters_end(const Text& t, std::size_t pos, std::size_t end) {
+  const bool lead = !t.newline(pos) && !t.letter(pos) && !t.number(pos);
+  const std::size_t starts[] = {pos + 1, pos};  // with the lead character, without
+  const std::size_t first = lead ? 0 : 1;
+  for (std::size_t i = first; i < 2; ++i) {
+    if (const std::size_t e = upper_then_lower_end(t, starts[i], end); e != kNoMatch) return e;
+  }
+  for (std::size_t i = first; i < 2; ++i) {
+    const std::size_t e = upper_then_optional_lower_end(t, starts[i], end);
+    if (e != kNoMatch) return e;
+  }
+  return kNoMatch;
+}
+
+// Tekken (max_digits 1, no contractions) / GPT-4o (3, contractions):
+// [^\r\n\p{L}\p{N}]?U*L+C?|[^\r\n\p{L}\p{N}]?U+L*C?|\p{N}{1,max}
+// | ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+// with C = (?i:'s|'t|'re|'ve|'m|'ll|'d) for GPT-4o, nothing for Tekken.
+template <std::size_t max_digits, bool contractions>
+std::size_t cased_words_at(const Text& t, std::size_t pos, std::size_t end) {
+  if (const std::size_t e = cased_letters_end(t, pos, end); e != kNoMatch) {
+    // The optional contraction is greedy, and L+/L* already took all they
+    // could, so it is simply appended when present.
+    if (contractions) return e - pos + contraction(t, e, end, Fold::kUnicode);
+    return e - pos;
+  }
+  if (t.number(pos)) {
+    return std::min(max_digits, run(pos, end, [&](std::size_t i) { return t.number(i); }));
+  }
+  //  ?[^\s\p{L}\p{N}]+[\r\n/]* ('/' already belongs to the class, so the tail
+  // only matters after line breaks: ";\n/" is one word)
+  const std::size_t lead = (t.cp[pos] == ' ' && pos + 1 < end) ? 1 : 0;
+  if (t.other(pos + lead)) {
+    std::size_t p = pos + lead;
+    p += run(p, end, [&](std::size_t i) { return t.other(i); });
+    p += run(p, end, [&](std::size_t i) { return t.newline(i) || t.cp[i] == '/'; });
+    return p - pos;
+  }
+  return line_breaks_or_whitespace_at(t, pos, end);
 }
 
 // \p{N}
@@ -283,6 +410,8 @@ struct RuleList {
 constexpr Find kGpt2Steps[] = {find_first<gpt2_at>};
 constexpr Find kLlama3Steps[] = {find_first<llama3_at<3>>};
 constexpr Find kQwen2Steps[] = {find_first<llama3_at<1>>};
+constexpr Find kTekkenSteps[] = {find_first<cased_words_at<1, false>>};
+constexpr Find kGpt4oSteps[] = {find_first<cased_words_at<3, true>>};
 constexpr Find kStarcoderSteps[] = {find_first<single_number_at>, find_first<gpt2_at>};
 constexpr Find kFalconSteps[] = {find_first<falcon_punct_at>, find_first<gpt2_at>,
                                  find_first<three_ascii_digits_at>};
@@ -312,6 +441,10 @@ RuleList rule_list(PreTokenizerRules rules) {
       return {kDeepseekCoderSteps, std::size(kDeepseekCoderSteps)};
     case PreTokenizerRules::kDeepseekLlm:
       return {kDeepseekLlmSteps, std::size(kDeepseekLlmSteps)};
+    case PreTokenizerRules::kTekken:
+      return {kTekkenSteps, std::size(kTekkenSteps)};
+    case PreTokenizerRules::kGpt4o:
+      return {kGpt4oSteps, std::size(kGpt4oSteps)};
   }
   return {kGpt2Steps, std::size(kGpt2Steps)};
 }
@@ -372,6 +505,10 @@ absl::StatusOr<PreTokenizer> PreTokenizer::for_name(std::string_view pre) {
       {"falcon", PreTokenizerRules::kFalcon},
       {"deepseek-coder", PreTokenizerRules::kDeepseekCoder},
       {"deepseek-llm", PreTokenizerRules::kDeepseekLlm},
+      // llama.cpp gives Mistral's Tekken Llama 3's ignore_merges and BOS
+      // default, and GPT-4o neither.
+      {"tekken", PreTokenizerRules::kTekken, true},
+      {"gpt-4o", PreTokenizerRules::kGpt4o},
   };
   for (const Name& n : kNames) {
     if (n.name == pre) return PreTokenizer(n.rules, n.llama3_flags);
@@ -381,13 +518,16 @@ absl::StatusOr<PreTokenizer> PreTokenizer::for_name(std::string_view pre) {
               "' is not a pre-tokenizer hearth knows (known: default, gpt-2, mpt, phi-2, olmo, "
               "llama-bpe, llama3, llama-v3, falcon3, dbrx, smaug-bpe, qwen2, deepseek-r1-qwen, "
               "stablelm2, starcoder, refact, "
-              "command-r, smollm, codeshell, exaone, falcon, deepseek-coder, deepseek-llm)"));
+              "command-r, smollm, codeshell, exaone, falcon, deepseek-coder, deepseek-llm, tekken, "
+              "gpt-4o)"));
 }
 
 void PreTokenizer::split(std::string_view text, std::vector<WordSpan>& words) const {
   words.clear();
   if (text.empty()) return;
-  const Text t(text);
+  const bool letter_case =
+      rules_ == PreTokenizerRules::kTekken || rules_ == PreTokenizerRules::kGpt4o;
+  const Text t(text, letter_case);
   const RuleList rules = rule_list(rules_);
   std::vector<CharSpan> pieces{{0, t.cp.size()}};
   std::vector<CharSpan> next;

@@ -7,7 +7,9 @@
 // lookaheads and `$` see only the current piece). The regexes are implemented
 // here as hand-written matchers over Unicode categories (engine/unicode.h),
 // not with a regex engine, following the rule lists llama.cpp uses for the
-// same names:
+// same names (for tekken and gpt-4o, the Hugging Face regexes themselves, with
+// real Unicode letter subcategories where llama.cpp approximates case with
+// ASCII tests):
 //
 //   gpt2        's|'t|'re|'ve|'m|'ll|'d| ?\p{L}+| ?\p{N}+| ?[^\s\p{L}\p{N}]+|\s+(?!\S)|\s+
 //   llama3      (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,3}
@@ -18,6 +20,11 @@
 //   deepseek-coder  [\r\n]  then \s?\p{L}+  then \s?\p{P}+  then [一-龥ࠀ-一가-퟿]+  then
 //   \p{N} deepseek-llm    [\r\n]  then \s?[cased letters]+  then \s?[!-/:-~！-／：-～‘-‟　-。]+
 //                   then \s+$  then [一-龥ࠀ-一가-퟿]+  then \p{N}+
+//   tekken      [^\r\n\p{L}\p{N}]?U*L+|[^\r\n\p{L}\p{N}]?U+L*|\p{N}
+//               | ?[^\s\p{L}\p{N}]+[\r\n/]*|\s*[\r\n]+|\s+(?!\S)|\s+
+//               where U = [\p{Lu}\p{Lt}\p{Lm}\p{Lo}\p{M}], L = [\p{Ll}\p{Lm}\p{Lo}\p{M}]
+//   gpt-4o      tekken with C = (?i:'s|'t|'re|'ve|'m|'ll|'d) optional after U*L+
+//               and after U+L*, and \p{N}{1,3} instead of \p{N}
 //
 // \s is the Unicode White_Space property. Bytes that are not well-formed UTF-8
 // are kept (each ill-formed sequence is one pseudo-character of no letter,
@@ -42,6 +49,8 @@ enum class PreTokenizerRules {
   kFalcon,
   kDeepseekCoder,
   kDeepseekLlm,
+  kTekken,
+  kGpt4o,
 };
 
 // A word: bytes [begin, end) of the split text.
@@ -60,13 +69,17 @@ class PreTokenizer {
   //   qwen2 rules:     "qwen2", "deepseek-r1-qwen", "stablelm2"
   //   starcoder rules: "starcoder", "refact", "command-r", "smollm", "codeshell", "exaone"
   //   "falcon", "deepseek-coder", "deepseek-llm"
+  //   "tekken" (with Llama 3's ignore_merges and BOS, as llama.cpp gives Mistral
+  //   Nemo's tokenizer), "gpt-4o"
   // "default"/absent use the gpt2 rules, which is what GPT-2-style tokenizers
   // without a recorded pre-tokenizer (e.g. GPT-NeoX's) actually do; llama.cpp
   // uses a different fallback there. Any other name is InvalidArgument naming it.
   static absl::StatusOr<PreTokenizer> for_name(std::string_view pre);
   explicit PreTokenizer(PreTokenizerRules rules)
-      : PreTokenizer(rules, rules == PreTokenizerRules::kLlama3) {}
-  // llama_flags: Llama 3's ignore_merges and BOS default (below).
+      : PreTokenizer(rules,
+                     rules == PreTokenizerRules::kLlama3 || rules == PreTokenizerRules::kTekken) {}
+  // llama3_flags: Llama 3's ignore_merges and BOS default (below), which
+  // llama.cpp also gives tekken.
   PreTokenizer(PreTokenizerRules rules, bool llama3_flags)
       : rules_(rules), llama3_flags_(llama3_flags) {}
 
@@ -75,7 +88,7 @@ class PreTokenizer {
   // (Hugging Face's `ignore_merges`).
   bool ignore_merges() const { return llama3_flags_; }
   // Whether these models add BOS when `tokenizer.ggml.add_bos_token` is absent
-  // (llama.cpp's per-pre-tokenizer defaults: only Llama 3 does).
+  // (llama.cpp's per-pre-tokenizer defaults: only Llama 3 and tekken do).
   bool add_bos_default() const { return llama3_flags_; }
 
   // Splits `text` (any bytes) into words that cover it in order; empty words

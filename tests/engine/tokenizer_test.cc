@@ -756,18 +756,35 @@ TEST(PreTokenizer, Llama3FamilyNamesShareTheRulesNotTheFlags) {
   }
 }
 
+TEST(PreTokenizer, TekkenAndGpt4oNamesAndFlags) {
+  // llama.cpp gives "tekken" Llama 3's ignore_merges and BOS default, and
+  // "gpt-4o" neither.
+  auto tekken = PreTokenizer::for_name("tekken");
+  ASSERT_TRUE(tekken.ok()) << tekken.status();
+  EXPECT_EQ(tekken->rules(), PreTokenizerRules::kTekken);
+  EXPECT_TRUE(tekken->ignore_merges());
+  EXPECT_TRUE(tekken->add_bos_default());
+  auto gpt4o = PreTokenizer::for_name("gpt-4o");
+  ASSERT_TRUE(gpt4o.ok()) << gpt4o.status();
+  EXPECT_EQ(gpt4o->rules(), PreTokenizerRules::kGpt4o);
+  EXPECT_FALSE(gpt4o->ignore_merges());
+  EXPECT_FALSE(gpt4o->add_bos_default());
+}
+
 TEST(PreTokenizer, UnknownNamesAreRefused) {
-  auto p = PreTokenizer::for_name("tekken");
+  auto p = PreTokenizer::for_name("chameleon");
   ASSERT_FALSE(p.ok());
-  EXPECT_NE(p.status().message().find("'tekken'"), std::string::npos);
+  EXPECT_NE(p.status().message().find("'chameleon'"), std::string::npos);
 }
 
 TEST(PreTokenizer, WordsAlwaysCoverTheText) {
   std::mt19937 rng(3);
-  const char* pieces[] = {"a",  "Z", "1",    " ", "\n",   "\r",       "'",  "s",
-                          "日", "é", "🦙", "!", "\xFF", "\xE6\x97", "\t", "\xC2\xA0"};
-  for (const char* pre :
-       {"gpt-2", "llama-bpe", "qwen2", "starcoder", "falcon", "deepseek-coder", "deepseek-llm"}) {
+  const char* pieces[] = {"a",    "Z",        "1",  " ",        "\n",   "\r",
+                          "'",    "s",        "日", "é",        "🦙", "!",
+                          "\xFF", "\xE6\x97", "\t", "\xC2\xA0", "/",    "\xCC\x81" /* U+0301 */,
+                          "ǅ",    "ʰ"};
+  for (const char* pre : {"gpt-2", "llama-bpe", "qwen2", "starcoder", "falcon", "deepseek-coder",
+                          "deepseek-llm", "tekken", "gpt-4o"}) {
     for (int trial = 0; trial < 200; ++trial) {
       std::string text;
       for (int i = 0; i < 30; ++i) text += pieces[rng() % std::size(pieces)];

@@ -19,6 +19,7 @@ PACKAGES=(
   prometheus-cpp-dev
   python3-grpcio python3-grpc-tools python3-jinja2  # jinja2: the chat template conformance test
   python3-jsonschema  # validates structured output independently of hearth
+  python3-regex  # makes the tekken/gpt-4o pre-tokenizer reference data (tests/support)
   nlohmann-json3-dev
   libcpp-httplib-dev  # the OpenAI-compatible HTTP front end
   clang-14 libclang-rt-14-dev

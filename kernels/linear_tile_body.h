@@ -182,6 +182,23 @@ inline __attribute__((always_inline)) void prefetch_share(const std::uint8_t* pf
       _mm_prefetch(reinterpret_cast<const char*>(pf + 64 * (b * pf_lines + k)), _MM_HINT_T1);
 }
 
+// Decode (one token) only: fetches into L1 the block kAhead blocks past wp
+// in each of the tile's G row groups (group stride gs). Blocks with more
+// instructions per byte than Q8_0's (int4, and more so 5- and 6-bit) leave
+// the hardware prefetcher behind the tile (docs/performance.md).
+template <int G, std::size_t kBlockBytes, std::size_t kAhead>
+inline __attribute__((always_inline)) void prefetch_decode_blocks(const std::uint8_t* wp,
+                                                                  std::size_t gs) {
+  if constexpr (kAhead > 0) {
+#pragma GCC unroll 4
+    for (int i = 0; i < G; ++i)
+#pragma GCC unroll 6
+      for (std::size_t c = 0; c < kBlockBytes / 64; ++c)
+        _mm_prefetch(reinterpret_cast<const char*>(wp + i * gs + kAhead * kBlockBytes + 64 * c),
+                     _MM_HINT_T0);
+  }
+}
+
 // Row groups [g, g + G) x tokens [j0, j0 + T) of token tile `tile`, whose
 // width is n. kWidth, when not 0, is n known at compile time (the decode
 // GEMV's 1, or a tile as wide as T), so its address arithmetic folds into
@@ -222,18 +239,7 @@ void tile_blocks(const PackedWeights& w, const QuantizedActivations& a, std::siz
 #pragma GCC unroll 8
       for (int h = 0; h < H; ++h) acc[h][j] = block_start<kF>(bp + j);
     if constexpr (kNibbles) {
-      if constexpr (T == 1 && kQ4DecodePrefetchBlocks > 0) {
-        // Decode: int4 blocks cost more instructions per byte than int8, so
-        // the hardware prefetcher runs less far ahead; fetch the block
-        // kQ4DecodePrefetchBlocks ahead of each group ourselves.
-#pragma GCC unroll 4
-        for (int i = 0; i < G; ++i)
-#pragma GCC unroll 4
-          for (int c = 0; c < 4; ++c)
-            _mm_prefetch(reinterpret_cast<const char*>(
-                             wp + i * gs + kQ4DecodePrefetchBlocks * kBlockBytes + 64 * c),
-                         _MM_HINT_T0);
-      }
+      if constexpr (T == 1) prefetch_decode_blocks<G, kBlockBytes, kQ4DecodePrefetchBlocks>(wp, gs);
 #pragma GCC unroll 4
       for (int c = 0; c < 4; ++c) {
         IVec lo[H], hi[H];
@@ -376,18 +382,7 @@ void tile_wide(const PackedWeights& w, const QuantizedActivations& a, std::size_
   for (std::size_t b = 0; b < a.blocks; ++b) {
     prefetch_share(pf, b, pf_lines);
     load_super_scales<kF, H>(at.sp, gs, b, d_super, dmin_super);
-    if constexpr (T == 1 && kWideDecodePrefetchBlocks > 0) {
-      // Decode: as tile_blocks' int4 prefetch; these blocks cost even more
-      // instructions per byte (their high bits), so the hardware prefetcher
-      // falls further behind (docs/performance.md).
-#pragma GCC unroll 4
-      for (int i = 0; i < G; ++i)
-#pragma GCC unroll 6
-        for (std::size_t c = 0; c < kBlockBytes / 64; ++c)
-          _mm_prefetch(reinterpret_cast<const char*>(
-                           wp + i * gs + kWideDecodePrefetchBlocks * kBlockBytes + 64 * c),
-                       _MM_HINT_T0);
-    }
+    if constexpr (T == 1) prefetch_decode_blocks<G, kBlockBytes, kWideDecodePrefetchBlocks>(wp, gs);
     IVec lo_acc[H][T], hi_acc[H][T];
 #pragma GCC unroll 8
     for (int h = 0; h < H; ++h)

@@ -186,6 +186,25 @@ std::size_t line_breaks_or_whitespace_at(const Text& t, std::size_t pos, std::si
   return std::max<std::size_t>(n, 1);        // \s+ (every character matches some branch)
 }
 
+// \p{N}{1,max_digits}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+, the
+// branches after the letters that the Llama 3 family and Tekken / GPT-4o share
+// (the latter two end the symbol run with [\r\n/]*: '/' already belongs to
+// the class, so that tail only matters after line breaks: ";\n/" is one word).
+template <std::size_t max_digits, bool slash_tail>
+std::size_t numbers_symbols_or_whitespace_at(const Text& t, std::size_t pos, std::size_t end) {
+  if (t.number(pos)) {
+    return std::min(max_digits, run(pos, end, [&](std::size_t i) { return t.number(i); }));
+  }
+  const std::size_t lead = (t.cp[pos] == ' ' && pos + 1 < end) ? 1 : 0;
+  if (t.other(pos + lead)) {
+    std::size_t p = pos + lead;
+    p += run(p, end, [&](std::size_t i) { return t.other(i); });
+    p += run(p, end, [&](std::size_t i) { return t.newline(i) || (slash_tail && t.cp[i] == '/'); });
+    return p - pos;
+  }
+  return line_breaks_or_whitespace_at(t, pos, end);
+}
+
 // Llama 3 / Qwen 2 (max_digits 3 / 1):
 // (?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}{1,max}
 // | ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+
@@ -198,18 +217,7 @@ std::size_t llama3_at(const Text& t, std::size_t pos, std::size_t end) {
       return 1 + run(pos + 1, end, [&](std::size_t i) { return t.letter(i); });
     }
   }
-  if (t.number(pos)) {
-    return std::min(max_digits, run(pos, end, [&](std::size_t i) { return t.number(i); }));
-  }
-  //  ?[^\s\p{L}\p{N}]+[\r\n]*
-  const std::size_t lead = (t.cp[pos] == ' ' && pos + 1 < end) ? 1 : 0;
-  if (t.other(pos + lead)) {
-    std::size_t p = pos + lead;
-    p += run(p, end, [&](std::size_t i) { return t.other(i); });
-    p += run(p, end, [&](std::size_t i) { return t.newline(i); });
-    return p - pos;
-  }
-  return line_breaks_or_whitespace_at(t, pos, end);
+  return numbers_symbols_or_whitespace_at<max_digits, false>(t, pos, end);
 }
 
 // ---- Tekken / GPT-4o ----------------------------------------------------------
@@ -272,19 +280,7 @@ std::size_t cased_words_at(const Text& t, std::size_t pos, std::size_t end) {
     if (contractions) return e - pos + contraction(t, e, end, Fold::kUnicode);
     return e - pos;
   }
-  if (t.number(pos)) {
-    return std::min(max_digits, run(pos, end, [&](std::size_t i) { return t.number(i); }));
-  }
-  //  ?[^\s\p{L}\p{N}]+[\r\n/]* ('/' already belongs to the class, so the tail
-  // only matters after line breaks: ";\n/" is one word)
-  const std::size_t lead = (t.cp[pos] == ' ' && pos + 1 < end) ? 1 : 0;
-  if (t.other(pos + lead)) {
-    std::size_t p = pos + lead;
-    p += run(p, end, [&](std::size_t i) { return t.other(i); });
-    p += run(p, end, [&](std::size_t i) { return t.newline(i) || t.cp[i] == '/'; });
-    return p - pos;
-  }
-  return line_breaks_or_whitespace_at(t, pos, end);
+  return numbers_symbols_or_whitespace_at<max_digits, true>(t, pos, end);
 }
 
 // \p{N}

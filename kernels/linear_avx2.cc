@@ -63,8 +63,8 @@ inline IVec q8_products(IVec acc, const Q8Unit& u, IVec x) {
   const IVec p = _mm256_maddubs_epi16(u.abs_w, _mm256_sign_epi8(x, u.signed_w));
   return _mm256_add_epi32(acc, _mm256_madd_epi16(p, _mm256_set1_epi16(1)));
 }
-constexpr std::size_t kQ4DecodePrefetchBlocks = 0;
-constexpr std::size_t kWideDecodePrefetchBlocks = 0;
+constexpr std::size_t kQ4DecodePrefetchBlocks = 8;
+constexpr std::size_t kWideDecodePrefetchBlocks = 4;
 
 #include "kernels/linear_tile_body.h"
 

@@ -28,6 +28,7 @@
 //   kQ4DecodePrefetchBlocks      0, or how far ahead the decode tile
 //                                prefetches int4 blocks itself
 //   kWideDecodePrefetchBlocks    the same for Q5_K and Q6_K blocks
+//   kVectorRegisters             (simd_*.h) the ISA's vector registers
 
 // A Q4_K / Q5_K super-block's row scales for unit u (0..kUnits-1) of the
 // group whose scales start at group_sp: d and dmin, converted once per
@@ -370,6 +371,10 @@ void tile_wide(const PackedWeights& w, const QuantizedActivations& a, std::size_
   const float*& dp = at.dp;
   constexpr bool kSix = kF == WeightFormat::kQ6_K;
   constexpr std::size_t kBlockBytes = kSix ? kQ6BlockBytes : kQ5BlockBytes;
+  // One token: nothing to reuse across tokens, so each unit is unpacked and
+  // multiplied before the next. With 16 registers, unpacking all H units
+  // first spilled most of them to the stack (docs/performance.md).
+  constexpr bool kUnitAtATime = T == 1 && kVectorRegisters < 32;
   Vec facc[H][T];
 #pragma GCC unroll 8
   for (int h = 0; h < H; ++h)
@@ -388,29 +393,43 @@ void tile_wide(const PackedWeights& w, const QuantizedActivations& a, std::size_
     for (int h = 0; h < H; ++h)
 #pragma GCC unroll 8
       for (int j = 0; j < T; ++j) lo_acc[h][j] = hi_acc[h][j] = set1_int(0);
+    // Unit h's q of steps C and C + 1 (inputs 4C..4C+7 and 16+4C..16+4C+7).
+    auto unpack = [&]<int C>(int h, IVec& lo0, IVec& lo1, IVec& hi0, IVec& hi1) {
+      const std::uint8_t* u = wp + unit_bytes(h);
+      const IVec raw0 = load_aligned(u + 64 * C), raw1 = load_aligned(u + 64 * (C + 1));
+      if constexpr (kSix) {
+        const IVec top_lo = load_aligned(u + kQ6HighOffset);
+        const IVec top_hi = load_aligned(u + kQ6HighOffset + 64);
+        lo0 = six_bits<C>(low_nibbles(raw0), top_lo);
+        lo1 = six_bits<C + 1>(low_nibbles(raw1), top_lo);
+        hi0 = six_bits<C>(high_nibbles(raw0), top_hi);
+        hi1 = six_bits<C + 1>(high_nibbles(raw1), top_hi);
+      } else {
+        const IVec top = load_aligned(u + kQ5HighOffset);
+        lo0 = five_bits<C, false>(low_nibbles(raw0), top);
+        lo1 = five_bits<C + 1, false>(low_nibbles(raw1), top);
+        hi0 = five_bits<C, true>(high_nibbles(raw0), top);
+        hi1 = five_bits<C + 1, true>(high_nibbles(raw1), top);
+      }
+    };
     // Steps c and c + 1 together: the maddubs cores sum their int16 pairs
     // before widening (2 x 2 x 63 x 127 < 32768).
     auto steps = [&]<int C>() {
+      if constexpr (kUnitAtATime) {
+        const IVec xl0 = broadcast4(xp + 4 * n * C), xl1 = broadcast4(xp + 4 * n * (C + 1));
+        const IVec xh0 = broadcast4(xp + 4 * n * (C + 4)), xh1 = broadcast4(xp + 4 * n * (C + 5));
+#pragma GCC unroll 8
+        for (int h = 0; h < H; ++h) {
+          IVec lo0, lo1, hi0, hi1;
+          unpack.template operator()<C>(h, lo0, lo1, hi0, hi1);
+          lo_acc[h][0] = pair_products(lo_acc[h][0], lo0, xl0, lo1, xl1);
+          hi_acc[h][0] = pair_products(hi_acc[h][0], hi0, xh0, hi1, xh1);
+        }
+        return;
+      }
       IVec lo0[H], lo1[H], hi0[H], hi1[H];
 #pragma GCC unroll 8
-      for (int h = 0; h < H; ++h) {
-        const std::uint8_t* u = wp + unit_bytes(h);
-        const IVec raw0 = load_aligned(u + 64 * C), raw1 = load_aligned(u + 64 * (C + 1));
-        if constexpr (kSix) {
-          const IVec top_lo = load_aligned(u + kQ6HighOffset);
-          const IVec top_hi = load_aligned(u + kQ6HighOffset + 64);
-          lo0[h] = six_bits<C>(low_nibbles(raw0), top_lo);
-          lo1[h] = six_bits<C + 1>(low_nibbles(raw1), top_lo);
-          hi0[h] = six_bits<C>(high_nibbles(raw0), top_hi);
-          hi1[h] = six_bits<C + 1>(high_nibbles(raw1), top_hi);
-        } else {
-          const IVec top = load_aligned(u + kQ5HighOffset);
-          lo0[h] = five_bits<C, false>(low_nibbles(raw0), top);
-          lo1[h] = five_bits<C + 1, false>(low_nibbles(raw1), top);
-          hi0[h] = five_bits<C, true>(high_nibbles(raw0), top);
-          hi1[h] = five_bits<C + 1, true>(high_nibbles(raw1), top);
-        }
-      }
+      for (int h = 0; h < H; ++h) unpack.template operator()<C>(h, lo0[h], lo1[h], hi0[h], hi1[h]);
 #pragma GCC unroll 8
       for (int j = 0; j < T; ++j) {
         const IVec xl0 = broadcast4(xp + 4 * n * C + 4 * j);

@@ -8,11 +8,12 @@
 //
 // Register tiles. One token (decode) streams the weights: 2 row groups x 1
 // token, the tile that keeps the most loads in flight. Several tokens reuse
-// each weight from registers: Q4_0 unpacks a half's whole block once (8
-// registers of nibbles) and runs it against every token of an activation
-// tile (up to kTileTokensAvx2 = 8), so unpacking, not multiplying, is what
-// the tile amortizes; Q8_0 has no unpacking to amortize but needs its sign
-// registers, so it runs 1 row group x 2 tokens at a time within a tile.
+// each weight from registers: Q4_0 and the K-quants unpack a half's whole
+// block once (8 registers of q) and run it against every token of an
+// activation tile (up to kTileTokensAvx2 = 8), so unpacking, not
+// multiplying, is what the tile amortizes; Q8_0 has no unpacking to amortize
+// but needs its sign registers, so it runs 1 row group x 2 tokens at a time
+// within a tile.
 #include <immintrin.h>
 
 #include <algorithm>
@@ -68,20 +69,30 @@ constexpr std::size_t kWideDecodePrefetchBlocks = 4;
 
 #include "kernels/linear_tile_body.h"
 
-// Q4_0 or Q4_K: one half (8 rows) of row group g x all T tokens of token
-// tile `tile` (T is the tile's width). The half's block is unpacked once into
-// 8 registers of nibbles (u[c]: inputs 4c..4c+3, u[c + 4]: inputs 16+4c..+3);
-// each token's 8 products are summed in int16 (at most 8 x 2 x 15 x 127 =
-// 30480), widened once, and accumulated in float as on every path.
+// Int4 and K-quants: one half (8 rows) of row group g x all T tokens of
+// token tile `tile` (T is the tile's width). The half's block is unpacked
+// once into 8 registers of q (u[c]: inputs 4c..4c+3, u[c + 4]: inputs
+// 16+4c..+3) and run against every token, so the unpacking (for Q5_K and
+// Q6_K, of their top bits too) is paid once per T tokens. Each token's
+// products are summed in int16 as far as they fit (Q4_0 / Q4_K all 8: 8 x 2
+// x 15 x 127 = 30480; Q5_K each half's 4: 4 x 2 x 31 x 127; Q6_K pairs:
+// 2 x 2 x 63 x 127), widened, and accumulated in float as on every path.
 template <WeightFormat kF, int T, bool kPerToken>
-void q4_half_tile(const PackedWeights& w, const QuantizedActivations& a, std::size_t g,
-                  std::size_t half, std::size_t tile, float* y, std::size_t ldy) {
+void half_tile(const PackedWeights& w, const QuantizedActivations& a, std::size_t g,
+               std::size_t half, std::size_t tile, float* y, std::size_t ldy) {
+  constexpr bool kWide = kF == WeightFormat::kQ5_K || kF == WeightFormat::kQ6_K;
+  constexpr bool kMins = kF == WeightFormat::kQ4_K || kF == WeightFormat::kQ5_K;
+  constexpr std::size_t kBlockBytes = kF == WeightFormat::kQ6_K   ? kQ6BlockBytes
+                                      : kF == WeightFormat::kQ5_K ? kQ5BlockBytes
+                                                                  : kQ4BlockBytes;
   const std::size_t first = tile * a.tile_tokens;
   const std::uint8_t* wp = w.data + g * w.group_stride + 32 * half;
   const std::uint8_t* sp = w.data + g * w.group_stride + w.scales_offset;
   const std::int8_t* xp = a.q + tile * a.q_tile_stride;
   const std::int32_t* bp = a.bias + first * a.blocks;
+  const std::int32_t* lp = a.low_sum + first * a.blocks;
   const float* dp = a.d + (kPerToken ? first : first * a.blocks);
+  const IVec ones = _mm256_set1_epi16(1);
   Vec facc[T];
 #pragma GCC unroll 8
   for (int j = 0; j < T; ++j) facc[j] = zero();
@@ -91,36 +102,65 @@ void q4_half_tile(const PackedWeights& w, const QuantizedActivations& a, std::si
   for (std::size_t b = 0; b < a.blocks; ++b) {
     load_super_scales<kF, 1>(sp + 2 * kLanes * half, 0, b, d_super, dmin_super);
     IVec u[8];
+    if constexpr (kWide) {
+      wide_steps<kF, 0>(wp, u[0], u[1], u[4], u[5]);
+      wide_steps<kF, 2>(wp, u[2], u[3], u[6], u[7]);
+    } else {
 #pragma GCC unroll 4
-    for (int c = 0; c < 4; ++c) {
-      const IVec raw = load_aligned(wp + 64 * c);
-      u[c] = low_nibbles(raw);
-      u[c + 4] = high_nibbles(raw);
+      for (int c = 0; c < 4; ++c) {
+        const IVec raw = load_aligned(wp + 64 * c);
+        u[c] = low_nibbles(raw);
+        u[c + 4] = high_nibbles(raw);
+      }
     }
     Vec dw, dmin;
-    unit_scales<kF>(sp, static_cast<int>(half), b, d_super[0], dmin_super[0], dw, dmin);
+    if constexpr (kF == WeightFormat::kQ6_K) {
+      q6_k_scales(sp, half, b, dw, dmin);  // the two halves' d * sc
+    } else {
+      unit_scales<kF>(sp, static_cast<int>(half), b, d_super[0], dmin_super[0], dw, dmin);
+    }
 #pragma GCC unroll 8
     for (int j = 0; j < T; ++j) {
       IVec p[8];
 #pragma GCC unroll 8
       for (int s = 0; s < 8; ++s)
         p[s] = _mm256_maddubs_epi16(u[s], broadcast4(xp + 4 * T * s + 4 * j));
-      const IVec sum16 = _mm256_add_epi16(
-          _mm256_add_epi16(_mm256_add_epi16(p[0], p[1]), _mm256_add_epi16(p[2], p[3])),
-          _mm256_add_epi16(_mm256_add_epi16(p[4], p[5]), _mm256_add_epi16(p[6], p[7])));
-      const Vec fdot = to_float(block_finish<kF>(sum16, bp + j));
+      auto widen = [&](IVec v) { return _mm256_madd_epi16(v, ones); };
+      if constexpr (kF == WeightFormat::kQ6_K) {
+        const IVec lo = _mm256_add_epi32(widen(_mm256_add_epi16(p[0], p[1])),
+                                         widen(_mm256_add_epi16(p[2], p[3])));
+        const IVec hi = _mm256_add_epi32(widen(_mm256_add_epi16(p[4], p[5])),
+                                         widen(_mm256_add_epi16(p[6], p[7])));
+        facc[j] = finish_q6_k<kPerToken>(lo, hi, dw, dmin, bp + j, lp + j, dp + j, facc[j]);
+        continue;
+      }
+      const IVec lo16 =
+          _mm256_add_epi16(_mm256_add_epi16(p[0], p[1]), _mm256_add_epi16(p[2], p[3]));
+      const IVec hi16 =
+          _mm256_add_epi16(_mm256_add_epi16(p[4], p[5]), _mm256_add_epi16(p[6], p[7]));
+      IVec dot;
+      if constexpr (kWide) {
+        dot = _mm256_add_epi32(widen(lo16), widen(hi16));
+      } else {
+        dot = block_finish<kF>(_mm256_add_epi16(lo16, hi16), bp + j);
+      }
+      const Vec fdot = to_float(dot);
       if constexpr (kPerToken) {
         facc[j] = fmadd(fdot, dw, facc[j]);
       } else {
         facc[j] = fmadd(fdot, mul(dw, set1(dp[j])), facc[j]);
       }
-      if constexpr (kF == WeightFormat::kQ4_K)
-        facc[j] = fmadd(dmin, set1(token_min<kPerToken>(dp[j], bp[j])), facc[j]);
+      if constexpr (kMins) facc[j] = fmadd(dmin, set1(token_min<kPerToken>(dp[j], bp[j])), facc[j]);
     }
-    wp += kQ4BlockBytes;
-    sp = next_scales<kF>(sp, b);
+    wp += kBlockBytes;
+    if constexpr (kF == WeightFormat::kQ6_K) {
+      if ((b + 1) % kBlocksPerSuper == 0) sp += kQ6KSuperScaleBytes;
+    } else {
+      sp = next_scales<kF>(sp, b);
+    }
     xp += 4 * T * 8;
     bp += T;
+    lp += T;
     if constexpr (!kPerToken) dp += T;
   }
 
@@ -141,28 +181,28 @@ void q4_half_tile(const PackedWeights& w, const QuantizedActivations& a, std::si
   }
 }
 
-static_assert(kTileTokensAvx2 == 8, "q4_tiles() covers tiles of 1..8 tokens");
-// Widest Q4_0 token tile that still runs as pair tiles.
-constexpr std::size_t kPairTileMaxTokensQ4 = 2;
+static_assert(kTileTokensAvx2 == 8, "half_tiles() covers tiles of 1..8 tokens");
+// Widest token tile that still runs as pair tiles (int4 and K-quants).
+constexpr std::size_t kPairTileMaxTokens = 2;
 
-// Q4_0 or Q4_K, row group g x token tile p of n tokens (1..8).
+// Int4 and K-quants, row group g x token tile p of n tokens (1..8).
 template <WeightFormat kF, bool kPerToken>
-void q4_tiles(const PackedWeights& w, const QuantizedActivations& a, std::size_t g, std::size_t p,
-              std::size_t n, float* y, std::size_t ldy) {
+void half_tiles(const PackedWeights& w, const QuantizedActivations& a, std::size_t g, std::size_t p,
+                std::size_t n, float* y, std::size_t ldy) {
   using Fn = void (*)(const PackedWeights&, const QuantizedActivations&, std::size_t, std::size_t,
                       std::size_t, float*, std::size_t);
-  static constexpr Fn kByWidth[] = {q4_half_tile<kF, 1, kPerToken>, q4_half_tile<kF, 2, kPerToken>,
-                                    q4_half_tile<kF, 3, kPerToken>, q4_half_tile<kF, 4, kPerToken>,
-                                    q4_half_tile<kF, 5, kPerToken>, q4_half_tile<kF, 6, kPerToken>,
-                                    q4_half_tile<kF, 7, kPerToken>, q4_half_tile<kF, 8, kPerToken>};
+  static constexpr Fn kByWidth[] = {half_tile<kF, 1, kPerToken>, half_tile<kF, 2, kPerToken>,
+                                    half_tile<kF, 3, kPerToken>, half_tile<kF, 4, kPerToken>,
+                                    half_tile<kF, 5, kPerToken>, half_tile<kF, 6, kPerToken>,
+                                    half_tile<kF, 7, kPerToken>, half_tile<kF, 8, kPerToken>};
   // A half whose rows are all padding (the last group of n_out % 16 <= 8) is skipped.
   const std::size_t halves = w.n_out - g * kGroupRows > 8 ? 2 : 1;
   for (std::size_t h = 0; h < halves; ++h) kByWidth[n - 1](w, a, g, h, p, y, ldy);
 }
 
-// Row group g x token tile p of n tokens, 2 tokens at a time: Q8_0 and Q6_K
-// always, int4 when the tile is too narrow for unpacking once to pay (measured with
-// bench_batched_step: 2 tokens run faster as one 16-row tile).
+// Row group g x token tile p of n tokens, 2 tokens at a time: Q8_0 always,
+// the others when the tile is too narrow for unpacking once to pay (measured
+// with bench_batched_step: 2 tokens run faster as one 16-row tile).
 template <WeightFormat kF, bool kPerToken>
 void pair_tiles(const PackedWeights& w, const QuantizedActivations& a, std::size_t g, std::size_t p,
                 std::size_t n, float* y, std::size_t ldy) {
@@ -186,8 +226,8 @@ void run(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0, 
   for (; g < g1; ++g)
     for (std::size_t p = p0; p < p1; ++p) {
       const std::size_t n = tokens(p);
-      if ((kF == WeightFormat::kQ4_0 || kF == WeightFormat::kQ4_K) && n > kPairTileMaxTokensQ4) {
-        q4_tiles<kF, kPerToken>(w, a, g, p, n, y, ldy);
+      if (kF != WeightFormat::kQ8_0 && n > kPairTileMaxTokens) {
+        half_tiles<kF, kPerToken>(w, a, g, p, n, y, ldy);
       } else {
         pair_tiles<kF, kPerToken>(w, a, g, p, n, y, ldy);
       }

@@ -314,38 +314,56 @@ inline __attribute__((always_inline)) IVec five_bits(IVec nibbles, IVec top) {
   return or_bits(nibbles, and_bytes(bit, 0x10));
 }
 
-// Q6_K's end of block b: each half's dot product less 32 times its codes'
-// sum (kQ6KBias: bias = -(low + high)), times its sub-block's d * sc.
-template <int G, int T, bool kPerToken>
-inline __attribute__((always_inline)) void finish_q6_k(
-    const IVec (&lo_acc)[G * static_cast<int>(kGroupRows / kLanes)][T],
-    const IVec (&hi_acc)[G * static_cast<int>(kGroupRows / kLanes)][T], const std::uint8_t* sp,
-    std::size_t gs, std::size_t b, const std::int32_t* bp, const std::int32_t* lp, const float* dp,
-    Vec (&facc)[G * static_cast<int>(kGroupRows / kLanes)][T]) {
-  constexpr int kUnits = static_cast<int>(kGroupRows / kLanes);
-  const std::size_t sub = 2 * (b % kBlocksPerSuper);  // the low half's sub-block of 16
-#pragma GCC unroll 8
-  for (int h = 0; h < G * kUnits; ++h) {
-    const std::uint8_t* unit_sp = sp + (h / kUnits) * gs;
-    const std::size_t u = static_cast<std::size_t>(h % kUnits);
-    const Vec d = load_f16_aligned(unit_sp + 2 * kLanes * u);
-    const auto* sc = reinterpret_cast<const std::int8_t*>(unit_sp + kQ6KScOffset + kLanes * u);
-    const Vec d_lo = mul(d, load_i8(sc + kGroupRows * sub));
-    const Vec d_hi = mul(d, load_i8(sc + kGroupRows * (sub + 1)));
-#pragma GCC unroll 8
-    for (int j = 0; j < T; ++j) {
-      const Vec f_lo = to_float(add_int(lo_acc[h][j], set1_int(-32 * lp[j])));
-      const Vec f_hi = to_float(add_int(hi_acc[h][j], set1_int(32 * (bp[j] + lp[j]))));
-      if constexpr (kPerToken) {
-        facc[h][j] = fmadd(f_lo, d_lo, facc[h][j]);
-        facc[h][j] = fmadd(f_hi, d_hi, facc[h][j]);
-      } else {
-        const Vec dx = set1(dp[j]);
-        facc[h][j] = fmadd(f_lo, mul(d_lo, dx), facc[h][j]);
-        facc[h][j] = fmadd(f_hi, mul(d_hi, dx), facc[h][j]);
-      }
-    }
+// The q of steps C and C + 1 (inputs 4C..4C+7 and 16+4C..16+4C+7) of the
+// Q5_K or Q6_K unit (kLanes rows) whose block starts at u.
+template <WeightFormat kF, int C>
+inline __attribute__((always_inline)) void wide_steps(const std::uint8_t* u, IVec& lo0, IVec& lo1,
+                                                      IVec& hi0, IVec& hi1) {
+  const IVec raw0 = load_aligned(u + 64 * C), raw1 = load_aligned(u + 64 * (C + 1));
+  if constexpr (kF == WeightFormat::kQ6_K) {
+    const IVec top_lo = load_aligned(u + kQ6HighOffset);
+    const IVec top_hi = load_aligned(u + kQ6HighOffset + 64);
+    lo0 = six_bits<C>(low_nibbles(raw0), top_lo);
+    lo1 = six_bits<C + 1>(low_nibbles(raw1), top_lo);
+    hi0 = six_bits<C>(high_nibbles(raw0), top_hi);
+    hi1 = six_bits<C + 1>(high_nibbles(raw1), top_hi);
+  } else {
+    const IVec top = load_aligned(u + kQ5HighOffset);
+    lo0 = five_bits<C, false>(low_nibbles(raw0), top);
+    lo1 = five_bits<C + 1, false>(low_nibbles(raw1), top);
+    hi0 = five_bits<C, true>(high_nibbles(raw0), top);
+    hi1 = five_bits<C + 1, true>(high_nibbles(raw1), top);
   }
+}
+
+// Q6_K's sub-block scales d * sc of block b's two halves, for unit u of the
+// group whose scales (this super-block's) start at unit_sp.
+inline __attribute__((always_inline)) void q6_k_scales(const std::uint8_t* unit_sp, std::size_t u,
+                                                       std::size_t b, Vec& d_lo, Vec& d_hi) {
+  const std::size_t sub = 2 * (b % kBlocksPerSuper);  // the low half's sub-block of 16
+  const Vec d = load_f16_aligned(unit_sp + 2 * kLanes * u);
+  const auto* sc = reinterpret_cast<const std::int8_t*>(unit_sp + kQ6KScOffset + kLanes * u);
+  d_lo = mul(d, load_i8(sc + kGroupRows * sub));
+  d_hi = mul(d, load_i8(sc + kGroupRows * (sub + 1)));
+}
+
+// Q6_K's end of a block for one (unit, token): each half's dot product less
+// 32 times its codes' sum (kQ6KBias: bias = -(low + high); *lp the low
+// half's), times its sub-block's scale (and, per block, the token's *dp).
+template <bool kPerToken>
+inline __attribute__((always_inline)) Vec finish_q6_k(IVec lo_acc, IVec hi_acc, Vec d_lo, Vec d_hi,
+                                                      const std::int32_t* bp,
+                                                      const std::int32_t* lp, const float* dp,
+                                                      Vec facc) {
+  const Vec f_lo = to_float(add_int(lo_acc, set1_int(-32 * *lp)));
+  const Vec f_hi = to_float(add_int(hi_acc, set1_int(32 * (*bp + *lp))));
+  if constexpr (kPerToken) {
+    facc = fmadd(f_lo, d_lo, facc);
+    return fmadd(f_hi, d_hi, facc);
+  }
+  const Vec dx = set1(*dp);
+  facc = fmadd(f_lo, mul(d_lo, dx), facc);
+  return fmadd(f_hi, mul(d_hi, dx), facc);
 }
 
 // Q5_K and Q6_K: row groups [g, g + G) x tokens [j0, j0 + T) of token tile
@@ -393,24 +411,8 @@ void tile_wide(const PackedWeights& w, const QuantizedActivations& a, std::size_
     for (int h = 0; h < H; ++h)
 #pragma GCC unroll 8
       for (int j = 0; j < T; ++j) lo_acc[h][j] = hi_acc[h][j] = set1_int(0);
-    // Unit h's q of steps C and C + 1 (inputs 4C..4C+7 and 16+4C..16+4C+7).
     auto unpack = [&]<int C>(int h, IVec& lo0, IVec& lo1, IVec& hi0, IVec& hi1) {
-      const std::uint8_t* u = wp + unit_bytes(h);
-      const IVec raw0 = load_aligned(u + 64 * C), raw1 = load_aligned(u + 64 * (C + 1));
-      if constexpr (kSix) {
-        const IVec top_lo = load_aligned(u + kQ6HighOffset);
-        const IVec top_hi = load_aligned(u + kQ6HighOffset + 64);
-        lo0 = six_bits<C>(low_nibbles(raw0), top_lo);
-        lo1 = six_bits<C + 1>(low_nibbles(raw1), top_lo);
-        hi0 = six_bits<C>(high_nibbles(raw0), top_hi);
-        hi1 = six_bits<C + 1>(high_nibbles(raw1), top_hi);
-      } else {
-        const IVec top = load_aligned(u + kQ5HighOffset);
-        lo0 = five_bits<C, false>(low_nibbles(raw0), top);
-        lo1 = five_bits<C + 1, false>(low_nibbles(raw1), top);
-        hi0 = five_bits<C, true>(high_nibbles(raw0), top);
-        hi1 = five_bits<C + 1, true>(high_nibbles(raw1), top);
-      }
+      wide_steps<kF, C>(wp + unit_bytes(h), lo0, lo1, hi0, hi1);
     };
     // Steps c and c + 1 together: the maddubs cores sum their int16 pairs
     // before widening (2 x 2 x 63 x 127 < 32768).
@@ -446,7 +448,15 @@ void tile_wide(const PackedWeights& w, const QuantizedActivations& a, std::size_
     steps.template operator()<0>();
     steps.template operator()<2>();
     if constexpr (kSix) {
-      finish_q6_k<G, T, kPerToken>(lo_acc, hi_acc, at.sp, gs, b, bp, lp, dp, facc);
+#pragma GCC unroll 8
+      for (int h = 0; h < H; ++h) {
+        Vec d_lo, d_hi;
+        q6_k_scales(at.sp + (h / kUnits) * gs, static_cast<std::size_t>(h % kUnits), b, d_lo, d_hi);
+#pragma GCC unroll 8
+        for (int j = 0; j < T; ++j)
+          facc[h][j] = finish_q6_k<kPerToken>(lo_acc[h][j], hi_acc[h][j], d_lo, d_hi, bp + j,
+                                              lp + j, dp + j, facc[h][j]);
+      }
     } else {
       [[maybe_unused]] float xmin[T];
 #pragma GCC unroll 8

@@ -368,6 +368,18 @@ BENCHMARK_TEMPLATE(BM_PrefillGemm, Linear::Format::kQ4_0)
     ->Iterations(32)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
+// The K-quants at a prompt's width and at a batched decode step's (8 rows).
+void k_quant_gemm_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"M", "n_out", "n_in", "threads", "aq"})
+      ->Args({128, 4096, 4096, 2, 0})
+      ->Args({8, 4096, 4096, 2, 0})
+      ->Iterations(16)
+      ->UseRealTime()
+      ->Unit(benchmark::kMillisecond);
+}
+BENCHMARK_TEMPLATE(BM_PrefillGemm, Linear::Format::kQ4_K)->Apply(k_quant_gemm_args);
+BENCHMARK_TEMPLATE(BM_PrefillGemm, Linear::Format::kQ5_K)->Apply(k_quant_gemm_args);
+BENCHMARK_TEMPLATE(BM_PrefillGemm, Linear::Format::kQ6_K)->Apply(k_quant_gemm_args);
 
 }  // namespace
 }  // namespace hearth::bench

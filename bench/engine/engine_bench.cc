@@ -145,7 +145,7 @@ void BM_Model(benchmark::State& state, const Shape& shape, GgmlType type, bool m
     logits = mod.forward(one, pos++);
     temp.reset();
     // The bandwidth this iteration's decode is held to, measured just before it.
-    const double bw = stream_read_gbps_now(threads, 3) * 1e9;
+    const double bw = stream_read_gbps_now(threads, 4) * 1e9;
     auto t2 = std::chrono::steady_clock::now();
     for (std::size_t i = 0; i < kDecodeTokens; ++i) {
       next = static_cast<std::int32_t>(std::max_element(logits->begin(), logits->end()) -

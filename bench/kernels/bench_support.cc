@@ -31,6 +31,45 @@ __attribute__((target("avx2"))) std::uint64_t read_avx2(const std::byte* p, std:
   return static_cast<std::uint64_t>(_mm256_extract_epi64(acc0, 0));
 }
 
+// The same with 256-bit loads and software prefetch a kilobyte ahead.
+__attribute__((target("avx2"))) std::uint64_t read_avx2_prefetch(const std::byte* p,
+                                                                 std::size_t n) {
+  __m256i acc0 = _mm256_setzero_si256(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
+  for (std::size_t i = 0; i + 128 <= n; i += 128) {
+    _mm_prefetch(reinterpret_cast<const char*>(p + i + 1024), _MM_HINT_T0);
+    _mm_prefetch(reinterpret_cast<const char*>(p + i + 1024 + 64), _MM_HINT_T0);
+    acc0 = _mm256_xor_si256(acc0, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
+    acc1 = _mm256_xor_si256(acc1, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
+    acc2 = _mm256_xor_si256(acc2, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
+    acc3 = _mm256_xor_si256(acc3, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
+  }
+  acc0 = _mm256_xor_si256(_mm256_xor_si256(acc0, acc1), _mm256_xor_si256(acc2, acc3));
+  return static_cast<std::uint64_t>(_mm256_extract_epi64(acc0, 0));
+}
+
+// kStreams interleaved streams (kStreams equal parts of the range read side
+// by side): more misses in flight than one stream, which is what a kernel
+// reading several weight rows at once achieves. Their count matters beyond
+// that: on a 2-core Zen 2 EPYC, 4 parts (a power-of-two spacing) read at
+// 27 GB/s, 1 at 32, 3 at 45 and 7 at 50 (docs/performance.md), so both 4 and
+// 7 are tried.
+template <int kStreams>
+__attribute__((target("avx2"))) std::uint64_t read_avx2_streams(const std::byte* p, std::size_t n) {
+  const std::size_t per = n / kStreams / 64 * 64;
+  __m256i acc[kStreams];
+  for (auto& a : acc) a = _mm256_setzero_si256();
+  for (std::size_t i = 0; i < per; i += 64) {
+    for (int s = 0; s < kStreams; ++s) {
+      const auto* q = reinterpret_cast<const __m256i*>(p + s * per + i);
+      acc[s] = _mm256_xor_si256(acc[s], _mm256_load_si256(q));
+      acc[s] = _mm256_xor_si256(acc[s], _mm256_load_si256(q + 1));
+    }
+  }
+  __m256i all = acc[0];
+  for (int s = 1; s < kStreams; ++s) all = _mm256_xor_si256(all, acc[s]);
+  return static_cast<std::uint64_t>(_mm256_extract_epi64(all, 0));
+}
+
 // 512-bit loads with software prefetch a kilobyte ahead: on some machines a
 // single core streams faster this way than the hardware prefetcher alone allows.
 __attribute__((target("avx512f"))) std::uint64_t read_avx512_prefetch(const std::byte* p,
@@ -50,12 +89,10 @@ __attribute__((target("avx512f"))) std::uint64_t read_avx512_prefetch(const std:
   return lanes[0];
 }
 
-// Four interleaved streams (four quarters of the range read side by side):
-// more misses in flight than one stream, which is what a kernel reading
-// several weight rows at once achieves. Usually the fastest plain read.
+// The same with 512-bit loads.
+template <int kStreams>
 __attribute__((target("avx512f"))) std::uint64_t read_avx512_streams(const std::byte* p,
                                                                      std::size_t n) {
-  constexpr int kStreams = 4;
   const std::size_t per = n / kStreams / 128 * 128;
   __m512i acc[kStreams];
   for (auto& a : acc) a = _mm512_setzero_si512();
@@ -65,8 +102,8 @@ __attribute__((target("avx512f"))) std::uint64_t read_avx512_streams(const std::
       acc[s] = _mm512_xor_si512(acc[s], _mm512_load_si512(p + s * per + i + 64));
     }
   }
-  const __m512i all =
-      _mm512_xor_si512(_mm512_xor_si512(acc[0], acc[1]), _mm512_xor_si512(acc[2], acc[3]));
+  __m512i all = acc[0];
+  for (int s = 1; s < kStreams; ++s) all = _mm512_xor_si512(all, acc[s]);
   alignas(64) std::uint64_t lanes[8];
   _mm512_store_si512(lanes, all);
   return lanes[0];
@@ -80,6 +117,24 @@ std::uint64_t read_scalar(const std::byte* p, std::size_t n) {
     acc ^= v;
   }
   return acc;
+}
+
+// One read of [p, p + n) by plain read number `kind` (0..kReadKinds - 1).
+constexpr int kReadKinds = 4;
+std::uint64_t read_kind(int kind, const std::byte* p, std::size_t n) {
+  static const bool avx2 = __builtin_cpu_supports("avx2");
+  static const bool avx512 = __builtin_cpu_supports("avx512f");
+  if (!avx2) return read_scalar(p, n);
+  switch (kind) {
+    case 1:
+      return avx512 ? read_avx512_prefetch(p, n) : read_avx2_prefetch(p, n);
+    case 2:
+      return avx512 ? read_avx512_streams<4>(p, n) : read_avx2_streams<4>(p, n);
+    case 3:
+      return avx512 ? read_avx512_streams<7>(p, n) : read_avx2_streams<7>(p, n);
+    default:
+      return read_avx2(p, n);
+  }
 }
 
 std::mutex mu;
@@ -107,27 +162,18 @@ std::byte* stream_buffer() {
 double measure(std::size_t threads, int reads) {
   std::byte* buf = stream_buffer();
   kernels::ThreadPool& pool = bench_pool(threads);
-  const bool avx2 = __builtin_cpu_supports("avx2");
-  const bool avx512 = __builtin_cpu_supports("avx512f");
-  // The best of several plain streaming reads (one stream, one stream with
-  // software prefetch, four interleaved streams): the most a simple read loop
-  // reaches, which kernels are held to.
+  // The best of several plain streaming reads (read_kind: one stream, one
+  // stream with software prefetch, 4 and 7 interleaved streams): the most a
+  // simple read loop reaches, which kernels are held to.
   double best = 0;
   std::uint64_t sink = 0;
   for (int rep = 0; rep < reads; ++rep) {
-    const bool prefetch = avx512 && rep % 3 == 1;
-    const bool streams = avx512 && rep % 3 == 2;
     const auto t0 = std::chrono::steady_clock::now();
     std::vector<std::uint64_t> partial(threads);
-    pool.parallel_chunks(kStreamBytes / 4096, threads,
-                         [&](std::size_t chunk, std::size_t b, std::size_t e) {
-                           const std::byte* p = buf + b * 4096;
-                           const std::size_t n = (e - b) * 4096;
-                           partial[chunk] = streams    ? read_avx512_streams(p, n)
-                                            : prefetch ? read_avx512_prefetch(p, n)
-                                            : avx2     ? read_avx2(p, n)
-                                                       : read_scalar(p, n);
-                         });
+    pool.parallel_chunks(
+        kStreamBytes / 4096, threads, [&](std::size_t chunk, std::size_t b, std::size_t e) {
+          partial[chunk] = read_kind(rep % kReadKinds, buf + b * 4096, (e - b) * 4096);
+        });
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     for (auto v : partial) sink ^= v;
     best = std::max(best, static_cast<double>(kStreamBytes) / s / 1e9);
@@ -151,7 +197,7 @@ double stream_read_gbps(std::size_t threads) {
     auto it = measured.find(threads);
     if (it != measured.end()) return it->second;
   }
-  const double gbps = measure(threads, 9);
+  const double gbps = measure(threads, 8);
   std::lock_guard<std::mutex> lock(mu);
   measured[threads] = gbps;
   std::printf("streaming read bandwidth, %zu thread%s: %.1f GB/s\n", threads,

@@ -302,17 +302,18 @@ struct Shape {
 std::vector<Shape> odd_shapes(Format format) {
   std::vector<Shape> shapes;
   // n_in not a multiple of 64 (96, 4128; Q4_K: an odd number of super-blocks,
-  // 768 and 4352); n_out leaving partial row groups and, at 100 (7 groups),
-  // every tile width; m covering the single-token path, small batches and
+  // 768 and 4352); n_out leaving partial row groups and, at 70 and 100 (5
+  // and 7 groups), every tile width; m covering the single-token path, small batches and
   // token-tile tails.
   const bool k_quant =
       format == Format::kQ4_K || format == Format::kQ5_K || format == Format::kQ6_K;
   const std::vector<std::size_t> n_ins =
       k_quant ? std::vector<std::size_t>{256, 768, 4352} : std::vector<std::size_t>{32, 96, 4128};
   for (std::size_t n_in : n_ins)
-    for (std::size_t n_out : {1, 17, 33, 100})
+    for (std::size_t n_out : {1, 17, 33, 70, 100})
       for (std::size_t m : {1, 3, 4, 5, 6, 7, 8, 9, 14, 130}) {
         if (n_in > 4096 && n_out == 100 && m == 130) continue;  // keep the scalar runs short
+        if (n_out == 70 && m != 1) continue;  // 5 groups: decode's 3 + 2 tiles only
 #if defined(HEARTH_SANITIZER_ADDRESS) || defined(HEARTH_SANITIZER_THREAD)
         // Under a sanitizer (memory errors, not arithmetic: the release run
         // checks every shape), one 130-token shape per width: those are most

@@ -19,25 +19,16 @@ namespace {
 
 constexpr std::size_t kStreamBytes = std::size_t{2} << 30;  // 2 GiB: well past any LLC here
 
+// One stream of 256-bit loads, with kPrefetch software prefetch a kilobyte
+// ahead.
+template <bool kPrefetch>
 __attribute__((target("avx2"))) std::uint64_t read_avx2(const std::byte* p, std::size_t n) {
   __m256i acc0 = _mm256_setzero_si256(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
   for (std::size_t i = 0; i + 128 <= n; i += 128) {
-    acc0 = _mm256_xor_si256(acc0, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
-    acc1 = _mm256_xor_si256(acc1, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
-    acc2 = _mm256_xor_si256(acc2, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
-    acc3 = _mm256_xor_si256(acc3, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
-  }
-  acc0 = _mm256_xor_si256(_mm256_xor_si256(acc0, acc1), _mm256_xor_si256(acc2, acc3));
-  return static_cast<std::uint64_t>(_mm256_extract_epi64(acc0, 0));
-}
-
-// The same with 256-bit loads and software prefetch a kilobyte ahead.
-__attribute__((target("avx2"))) std::uint64_t read_avx2_prefetch(const std::byte* p,
-                                                                 std::size_t n) {
-  __m256i acc0 = _mm256_setzero_si256(), acc1 = acc0, acc2 = acc0, acc3 = acc0;
-  for (std::size_t i = 0; i + 128 <= n; i += 128) {
-    _mm_prefetch(reinterpret_cast<const char*>(p + i + 1024), _MM_HINT_T0);
-    _mm_prefetch(reinterpret_cast<const char*>(p + i + 1024 + 64), _MM_HINT_T0);
+    if constexpr (kPrefetch) {
+      _mm_prefetch(reinterpret_cast<const char*>(p + i + 1024), _MM_HINT_T0);
+      _mm_prefetch(reinterpret_cast<const char*>(p + i + 1024 + 64), _MM_HINT_T0);
+    }
     acc0 = _mm256_xor_si256(acc0, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
     acc1 = _mm256_xor_si256(acc1, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
     acc2 = _mm256_xor_si256(acc2, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
@@ -127,13 +118,13 @@ std::uint64_t read_kind(int kind, const std::byte* p, std::size_t n) {
   if (!avx2) return read_scalar(p, n);
   switch (kind) {
     case 1:
-      return avx512 ? read_avx512_prefetch(p, n) : read_avx2_prefetch(p, n);
+      return avx512 ? read_avx512_prefetch(p, n) : read_avx2<true>(p, n);
     case 2:
       return avx512 ? read_avx512_streams<4>(p, n) : read_avx2_streams<4>(p, n);
     case 3:
       return avx512 ? read_avx512_streams<7>(p, n) : read_avx2_streams<7>(p, n);
     default:
-      return read_avx2(p, n);
+      return read_avx2<false>(p, n);
   }
 }
 

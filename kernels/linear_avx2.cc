@@ -7,12 +7,12 @@
 // (vpsignb), Q4_0 multiplies the nibble by x and widens once per block.
 //
 // Register tiles. One token (decode) streams the weights: 3 row groups x 1
-// token for Q8_0 and Q4_0, 2 for the K-quants (more loads in flight, as
-// many as their registers allow). Several tokens reuse
-// each weight from registers: Q4_0 and the K-quants unpack a half's whole
-// block once (8 registers of q) and run it against every token of an
-// activation tile (up to kTileTokensAvx2 = 8), so unpacking, not
-// multiplying, is what the tile amortizes; Q8_0 has no unpacking to amortize
+// token for Q8_0 and Q4_0, 2 for the K-quants (as many streams in flight as
+// their registers allow). Several tokens reuse each weight from registers:
+// Q4_0 and the K-quants unpack a half's whole block once (8 registers of q)
+// and run it against every token of an activation tile (up to
+// kTileTokensAvx2 = 8), so unpacking, not multiplying, is what the tile
+// amortizes; Q8_0 has no unpacking to amortize
 // but needs its sign registers, so it runs 1 row group x 2 tokens at a time
 // within a tile.
 #include <immintrin.h>
@@ -220,10 +220,11 @@ void run(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0, 
   auto tokens = [&](std::size_t p) { return a.m - p * tt < tt ? a.m - p * tt : tt; };
   std::size_t g = g0;
   if (a.m == 1) {  // decode: the streaming GEMV tile
-    // Q8_0 and Q4_0 read three row groups side by side: a third stream in
-    // flight per core measured 6-15% more decode tokens/s than two on a Zen 2
-    // EPYC, whose cores read faster with more streams (docs/performance.md).
-    // The K-quant tiles need their registers for scales and gained nothing.
+    // Q8_0 and Q4_0 read three row groups side by side: cores that read
+    // faster with more streams in flight decode faster so. The K-quant
+    // tiles need their registers for scales and are bound by their
+    // instructions, so a third group gained them nothing
+    // (docs/performance.md).
     if constexpr (kF == WeightFormat::kQ8_0 || kF == WeightFormat::kQ4_0)
       for (; g + 3 <= g1; g += 3) tile<3, 1, kF, kPerToken, 1>(w, a, g, 0, 0, 1, y, ldy);
     for (; g + 2 <= g1; g += 2) tile<2, 1, kF, kPerToken, 1>(w, a, g, 0, 0, 1, y, ldy);

@@ -40,10 +40,9 @@ __attribute__((target("avx2"))) std::uint64_t read_avx2(const std::byte* p, std:
 
 // kStreams interleaved streams (kStreams equal parts of the range read side
 // by side): more misses in flight than one stream, which is what a kernel
-// reading several weight rows at once achieves. Their count matters beyond
-// that: on a 2-core Zen 2 EPYC, 4 parts (a power-of-two spacing) read at
-// 27 GB/s, 1 at 32, 3 at 45 and 7 at 50 (docs/performance.md), so both 4 and
-// 7 are tried.
+// reading several weight rows at once achieves. The count matters beyond
+// that: some machines read 4 parts (a power-of-two spacing) slower than one
+// stream and 7 much faster (docs/performance.md), so both are tried.
 template <int kStreams>
 __attribute__((target("avx2"))) std::uint64_t read_avx2_streams(const std::byte* p, std::size_t n) {
   const std::size_t per = n / kStreams / 64 * 64;

@@ -303,8 +303,8 @@ std::vector<Shape> odd_shapes(Format format) {
   std::vector<Shape> shapes;
   // n_in not a multiple of 64 (96, 4128; Q4_K: an odd number of super-blocks,
   // 768 and 4352); n_out leaving partial row groups and, at 70 and 100 (5
-  // and 7 groups), every tile width; m covering the single-token path, small batches and
-  // token-tile tails.
+  // and 7 groups), every tile width; m covering the single-token path, small
+  // batches and token-tile tails.
   const bool k_quant =
       format == Format::kQ4_K || format == Format::kQ5_K || format == Format::kQ6_K;
   const std::vector<std::size_t> n_ins =

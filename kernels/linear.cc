@@ -40,8 +40,10 @@ constexpr std::size_t kMinParallelMacs = std::size_t{1} << 20;
 constexpr std::size_t kMinParallelGemvMacs = std::size_t{1} << 18;
 // Activation quantization goes to the pool from this many inputs (~50 us).
 constexpr std::size_t kMinParallelQuantize = std::size_t{1} << 16;
-// A GEMV slice: the row groups one thread takes at a time on the GEMV path
-// (the GEMV kernel's register tile).
+// A GEMV slice: the row groups one thread takes at a time on the GEMV path.
+// Two of the 2-group decode tiles; the AVX2 Q8_0 / Q4_0 tile of 3 groups
+// runs a lone slice as 3 + 1 (slices of 6 measured no better there and
+// make a region's shared end 1.5x coarser: docs/performance.md).
 constexpr std::size_t kGemvSliceGroups = 4;
 // From this many tokens the matmul is a GEMM: threads split the tokens when
 // there are too few row groups to split.
@@ -479,8 +481,8 @@ void Linear::run_quantized(const internal::QuantizedActivations& a, float* y,
     return;
   }
   // Threads split the outputs, never the sum over n_in, so results do not
-  // depend on the thread count. Chunks are whole register tiles: 4 row groups
-  // for one token (the GEMV tile), 2 otherwise; whole token tiles.
+  // depend on the thread count. Chunks are GEMV slices for one token, 2 row
+  // groups (a register tile) otherwise; whole token tiles.
   const std::size_t unit = m == 1 ? kGemvSliceGroups : 2;
   const std::size_t units = (groups_ + unit - 1) / unit;
   if (m < kGemmTokens || units >= 2 * threads) {

@@ -186,7 +186,7 @@ class Linear {
   // The active ISA's matmul for this format and activation granularity.
   internal::MatmulFn matmul_fn(bool per_token) const;
   // Slices of a one-token forward, the work items its threads share:
-  // kGemvSliceGroups row groups each (the GEMV tile).
+  // kGemvSliceGroups row groups each.
   std::size_t gemv_slices() const noexcept;
   // How many units a one-token forward of `layers` (one quantized format)
   // splits across `pool` in one region; 0 when it runs on the caller.

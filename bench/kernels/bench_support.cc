@@ -79,7 +79,7 @@ __attribute__((target("avx512f"))) std::uint64_t read_avx512_prefetch(const std:
   return lanes[0];
 }
 
-// The same with 512-bit loads.
+// read_avx2_streams with 512-bit loads.
 template <int kStreams>
 __attribute__((target("avx512f"))) std::uint64_t read_avx512_streams(const std::byte* p,
                                                                      std::size_t n) {

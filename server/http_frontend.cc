@@ -171,7 +171,24 @@ struct HttpFrontEnd::StreamCall {
 HttpFrontEnd::HttpFrontEnd(RequestPath& path, HttpOptions options)
     : path_(path), options_(std::move(options)), started_unix_s_(unix_now()) {}
 
-HttpFrontEnd::~HttpFrontEnd() { stop(); }
+HttpFrontEnd::~HttpFrontEnd() { stop(Clock::now() + std::chrono::seconds(5)); }
+
+namespace {
+thread_local bool t_response_counted = false;  // see HttpFrontEnd::response_begins
+}  // namespace
+
+void HttpFrontEnd::response_begins() {
+  std::lock_guard lock(responses_mu_);
+  ++responses_;
+  t_response_counted = true;
+}
+
+void HttpFrontEnd::response_written() {
+  if (!t_response_counted) return;
+  t_response_counted = false;
+  std::lock_guard lock(responses_mu_);
+  if (--responses_ == 0) responses_done_.notify_all();
+}
 
 absl::StatusOr<int> HttpFrontEnd::start() {
   const std::size_t colon = options_.listen.rfind(':');
@@ -198,6 +215,7 @@ absl::StatusOr<int> HttpFrontEnd::start() {
   s.set_read_timeout(options_.idle_timeout_s, 0);
   s.set_write_timeout(options_.idle_timeout_s, 0);
   s.set_keep_alive_timeout(options_.idle_timeout_s);
+  s.set_logger([this](const httplib::Request&, const httplib::Response&) { response_written(); });
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) { health(res); });
   s.Get("/v1/models",
         [this](const httplib::Request& req, httplib::Response& res) { list_models(req, res); });
@@ -257,13 +275,16 @@ absl::StatusOr<int> HttpFrontEnd::start() {
   return port;
 }
 
-void HttpFrontEnd::stop() {
+void HttpFrontEnd::stop(Clock::time_point responses_deadline) {
   if (server_ == nullptr) return;
+  {
+    std::unique_lock lock(responses_mu_);
+    responses_done_.wait_until(lock, responses_deadline, [this] { return responses_ == 0; });
+  }
   server_->stop();
   // httplib 0.11 lets an idle keep-alive connection wait out its timeout
   // before its thread sees the stop; ending the reading side of every
-  // connection to this port wakes those threads at once (a response still
-  // being written is unaffected).
+  // connection to this port wakes those threads at once.
   for_each_connection([this](int fd, int local_port, const std::string&, int) {
     if (local_port == port_) ::shutdown(fd, SHUT_RD);
     return false;
@@ -323,6 +344,7 @@ void HttpFrontEnd::get_model(const httplib::Request& req, httplib::Response& res
 
 void HttpFrontEnd::generate(const httplib::Request& req, httplib::Response& res,
                             Endpoint endpoint) {
+  response_begins();
   const bool chat = endpoint == Endpoint::kChatCompletions;
   auto call = std::make_shared<StreamCall>();
   RequestRecord& record = call->record;

@@ -27,9 +27,11 @@
 #pragma once
 
 #include <atomic>
+#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <mutex>
 #include <string>
 #include <thread>
 
@@ -78,10 +80,12 @@ class HttpFrontEnd {
   absl::StatusOr<int> start();
   // What /health reports.
   void set_state(State state) { state_.store(state, std::memory_order_release); }
-  // Closes the listening socket and waits for the calls in flight to end
-  // (the owner first drains the models and aborts what runs past the grace
-  // period).
-  void stop();
+  // Lets the generation responses still being written finish (until
+  // `responses_deadline`), then closes the listening socket and the idle
+  // connections and waits for httplib's threads. The owner first drains the
+  // models and aborts what runs past the grace period, so those responses
+  // are only their last events.
+  void stop(Clock::time_point responses_deadline);
 
  private:
   void health(httplib::Response& res) const;
@@ -95,6 +99,17 @@ class HttpFrontEnd {
   struct StreamCall;
   void stream(StreamCall& call, httplib::DataSink& sink);
 
+  // Generation responses are counted from their handler's start until
+  // httplib's logger runs, after the response's last byte is written. stop()
+  // waits for none to be left: httplib's stop ends a chunked response
+  // before its content is written, and after stop() ends the connections'
+  // reads, httplib refuses to write to them (it takes a read end for a peer
+  // that left). The handler and the logger of one request run on the same
+  // httplib thread, one request at a time, so a thread-local mark tells the
+  // logger whether its request was counted.
+  void response_begins();
+  void response_written();
+
   RequestPath& path_;
   const HttpOptions options_;
   const std::int64_t started_unix_s_;
@@ -103,6 +118,9 @@ class HttpFrontEnd {
   int port_ = 0;        // bound by start()
   std::thread thread_;  // runs httplib's accept loop
   PieceWriterPool writers_;
+  std::mutex responses_mu_;
+  std::condition_variable responses_done_;  // signalled when responses_ drops to 0
+  int responses_ = 0;                       // guarded by responses_mu_
 };
 
 }  // namespace hearth::server

@@ -359,8 +359,19 @@ fi
 llama_desc="not run"
 if [ -n "$llama" ]; then
   llama_version=$("$llama" --version 2>&1 | grep -m1 -i 'version' || true)
-  lflags=(-t "$kernel_threads" -tb "$kernel_threads" -fit off --cache-ram 0 -ctk "$llama_kv" -ctv "$llama_kv")
-  if [ "$llama_kv" = q8_0 ]; then lflags+=(-fa on); fi  # a quantized V cache needs flash attention
+  # Older llama-servers (before late 2025) have no -fit or --cache-ram, and
+  # take -fa without a value: pass what this one knows.
+  llama_help=$("$llama" --help 2>&1 || true)
+  lflags=(-t "$kernel_threads" -tb "$kernel_threads" -ctk "$llama_kv" -ctv "$llama_kv")
+  if grep -qE -- '(^|[ ,])-fit([ ,]|$)' <<<"$llama_help"; then lflags+=(-fit off); fi
+  if grep -q -- '--cache-ram' <<<"$llama_help"; then lflags+=(--cache-ram 0); fi
+  if [ "$llama_kv" = q8_0 ]; then  # a quantized V cache needs flash attention
+    if grep -q -- '--flash-attn \[on|off|auto\]\|--flash-attn FA' <<<"$llama_help"; then
+      lflags+=(-fa on)
+    else
+      lflags+=(-fa)
+    fi
+  fi
   # shellcheck disable=SC2206
   [ -z "$llama_args" ] || lflags+=($llama_args)
   llama_desc="$llama ($llama_version): -np STREAMS -c STREAMS*$ctx ${lflags[*]}"

@@ -1,14 +1,42 @@
 #include "kernels/cpu_features.h"
 
 #include <cpuinfo.h>
+#include <sched.h>
 
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
+#include <set>
+#include <string>
 #include <thread>
+#include <utility>
 
 namespace hearth::kernels {
 namespace {
+
+// Physical cores this process may run on, as Linux's topology files list
+// them (distinct package and core ids over the CPUs of the affinity mask,
+// so a container's cpuset bounds it); 0 when they cannot be read. cpuinfo
+// counts cores from CPUID, which some hypervisors fill in as if two vCPUs
+// were SMT siblings of one core: on one 2-vCPU AMD EPYC VM it found 1 core,
+// while the kernel lists two cores of one thread each, and hearth's default
+// pool ran on half the machine.
+int linux_physical_cores() {
+  cpu_set_t allowed;
+  if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return 0;
+  std::set<std::pair<long, long>> cores;
+  for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu) {
+    if (!CPU_ISSET(cpu, &allowed)) continue;
+    const std::string dir = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/";
+    long package = -1, core = -1;
+    std::ifstream(dir + "physical_package_id") >> package;
+    std::ifstream(dir + "core_id") >> core;
+    if (package < 0 || core < 0) return 0;
+    cores.insert({package, core});
+  }
+  return static_cast<int>(cores.size());
+}
 
 CpuFeatures detect() {
   CpuFeatures f;
@@ -25,7 +53,9 @@ CpuFeatures detect() {
   f.avx512vl = __builtin_cpu_supports("avx512vl");
   f.avx512dq = __builtin_cpu_supports("avx512dq");
   f.avx512vnni = __builtin_cpu_supports("avx512vnni");
-  if (have_cpuinfo && cpuinfo_get_cores_count() > 0) {
+  if (const int n = linux_physical_cores(); n > 0) {
+    f.physical_cores = n;
+  } else if (have_cpuinfo && cpuinfo_get_cores_count() > 0) {
     f.physical_cores = static_cast<int>(cpuinfo_get_cores_count());
   } else {
     const unsigned n = std::thread::hardware_concurrency();

@@ -2,13 +2,16 @@
 
 #include <array>
 #include <cmath>
+#include <cstdint>
 #include <initializer_list>
+#include <mutex>
 
 #include "base/status_macros.h"
 #include "base/str_cat.h"
 #include "kernels/activation_ops.h"
 #include "kernels/embedding.h"
 #include "kernels/sdpa.h"
+#include "memory/arena_allocator.h"
 
 namespace hearth::engine {
 namespace {
@@ -81,6 +84,66 @@ absl::Status attend(const ModelWeights& w, const ActivationBuffers& b, const Seq
   const kernels::FloatKvView& kv = s.kv.f32[l];
   HEARTH_RETURN_IF_ERROR(kernels::kv_append(kv, s.start_pos, k, v, s.rows));
   return kernels::sdpa(q, s.rows, s.start_pos, c.n_head, kv, scale, out, scratch, pool, options);
+}
+
+// Attention, on this thread, of the decoding sequences numbered [begin, end)
+// among the step's one-row sequences, each with `own` scratch.
+absl::Status attend_decoding(const ModelWeights& w, const ActivationBuffers& b,
+                             std::span<const SequenceRows> sequences, std::size_t l,
+                             std::size_t begin, std::size_t end, ArenaAllocator& own) {
+  std::size_t k = 0;
+  for (const SequenceRows& s : sequences) {
+    if (s.rows != 1) continue;
+    if (k >= begin && k < end) {
+      own.reset();
+      HEARTH_RETURN_IF_ERROR(attend(w, b, s, l, own, nullptr));
+    }
+    ++k;
+  }
+  return absl::OkStatus();
+}
+
+// Attention of every sequence of the step in layer `l`. Decoding sequences
+// (one row each) are dealt out to the pool's threads in one region, each run
+// whole on one thread with its own slice of scratch: with a region per
+// sequence, a step of 16 decode rows paid the wake-ups of some 50 regions a
+// layer, and below the kernels' parallel threshold the caller ran each
+// sequence while the workers idled. Each row's result does not depend on its
+// batch: with at least one KV head per thread, sdpa's plan is the same on one
+// thread as across the pool (with fewer, a decode row splits its positions
+// across threads, so those rows keep a region each). Longer sequences
+// (prompt chunks) run one at a time across the pool.
+absl::Status attend_all(const ModelWeights& w, const ActivationBuffers& b,
+                        std::span<const SequenceRows> sequences, std::size_t l,
+                        MemoryAllocator& scratch, kernels::ThreadPool* pool) {
+  const ModelConfig& c = w.config();
+  const std::size_t threads = pool != nullptr ? pool->threads() : 1;
+  std::size_t singles = 0;
+  for (const SequenceRows& s : sequences) singles += s.rows == 1 ? 1 : 0;
+  const bool deal = threads > 1 && singles > 1 && c.n_head_kv >= threads;
+  for (const SequenceRows& s : sequences)
+    if (!deal || s.rows != 1) HEARTH_RETURN_IF_ERROR(attend(w, b, s, l, scratch, pool));
+  if (!deal) return absl::OkStatus();
+
+  const std::size_t chunks = singles < threads ? singles : threads;
+  const std::size_t slice =
+      round_up(kernels::sdpa_scratch_bytes(1, c.n_head, c.n_head_kv, c.head_dim),
+               MemoryAllocator::kDefaultAlignment);
+  auto* base = scratch.allocate_array<std::uint8_t>(chunks * slice);
+  if (base == nullptr)
+    return absl::ResourceExhaustedError(
+        str_cat("attention: cannot allocate ", chunks * slice, " bytes of scratch"));
+  std::mutex error_mu;
+  absl::Status error;  // the first failure, guarded by error_mu
+  pool->parallel_chunks(singles, chunks,
+                        [&](std::size_t chunk, std::size_t begin, std::size_t end) {
+                          ArenaAllocator own(base + chunk * slice, slice);
+                          absl::Status st = attend_decoding(w, b, sequences, l, begin, end, own);
+                          if (st.ok()) return;
+                          std::lock_guard lock(error_mu);
+                          if (error.ok()) error = std::move(st);
+                        });
+  return error;
 }
 
 // The q/k norms (Qwen3, Gemma 3: each head; OLMo 2: the whole projection),
@@ -181,8 +244,7 @@ absl::Status run_layers(const ModelWeights& w, const ActivationBuffers& b,
       kernels::add_rows_inplace(b.v, L.bv.data(), n, c.kv_dim(), pool);
     }
     qk_norms(c, L, b, n, pool);
-    for (const SequenceRows& s : sequences)
-      HEARTH_RETURN_IF_ERROR(attend(w, b, s, l, scratch, pool));
+    HEARTH_RETURN_IF_ERROR(attend_all(w, b, sequences, l, scratch, pool));
     hint_next({&L.w_gate, &L.w_up});
     HEARTH_RETURN_IF_ERROR(L.wo.forward(b.attn, n, b.tmp, scratch, pool));
     add_residual(c, L.post_attn_norm, b.tmp, b, n, pool);

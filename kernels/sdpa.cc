@@ -182,6 +182,13 @@ ChunkScratch carve_chunk(float* base, std::size_t max_rows, std::size_t head_dim
   return c;
 }
 
+// Query tokens of one work item: its rows (tokens x the group's heads) stay
+// within kMaxRows.
+std::size_t tokens_per_block(std::size_t group, std::size_t n_tokens) {
+  const std::size_t t = group >= kMaxRows ? 1 : kMaxRows / group;
+  return t < n_tokens ? t : n_tokens;
+}
+
 // A split item's unnormalised result, merged after the parallel region:
 // acc [max_rows][head_dim], then m and l [max_rows].
 std::size_t partial_floats(std::size_t max_rows, std::size_t head_dim) {
@@ -402,8 +409,7 @@ absl::Status run(const float* q, std::size_t n_tokens, std::size_t start_pos, st
   p.scale = scale;
   p.options = options;
   p.kernels = select_kernels(layout.head_dim);
-  p.tokens_per_block = p.group >= kMaxRows ? 1 : kMaxRows / p.group;
-  if (p.tokens_per_block > n_tokens) p.tokens_per_block = n_tokens;
+  p.tokens_per_block = tokens_per_block(p.group, n_tokens);
   p.n_qblocks = (n_tokens + p.tokens_per_block - 1) / p.tokens_per_block;
   p.max_rows = p.tokens_per_block * p.group;
 
@@ -455,6 +461,14 @@ absl::Status run(const float* q, std::size_t n_tokens, std::size_t start_pos, st
 }
 
 }  // namespace
+
+std::size_t sdpa_scratch_bytes(std::size_t n_tokens, std::size_t n_heads, std::size_t n_kv_heads,
+                               std::size_t head_dim) {
+  if (n_tokens == 0 || n_kv_heads == 0) return 0;
+  const std::size_t group = n_heads / n_kv_heads;
+  const std::size_t max_rows = tokens_per_block(group, n_tokens) * group;
+  return chunk_floats(max_rows, head_dim) * sizeof(float) + MemoryAllocator::kDefaultAlignment;
+}
 
 absl::Status sdpa(const float* q, std::size_t n_tokens, std::size_t start_pos, std::size_t n_heads,
                   const QuantizedKvView& kv, float scale, float* out, MemoryAllocator& scratch,

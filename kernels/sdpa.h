@@ -76,6 +76,12 @@ absl::Status sdpa(const float* q, std::size_t n_tokens, std::size_t start_pos, s
                   const QuantizedKvView& kv, float scale, float* out, MemoryAllocator& scratch,
                   ThreadPool* pool, const AttentionOptions& options = {});
 
+// Bytes of scratch one sdpa call of n_tokens query rows takes when it runs on
+// the calling thread (pool == nullptr), alignment included: a caller that
+// runs such calls on several threads at once gives each a slice this large.
+std::size_t sdpa_scratch_bytes(std::size_t n_tokens, std::size_t n_heads, std::size_t n_kv_heads,
+                               std::size_t head_dim);
+
 // Attention over a float cache (same contract).
 absl::Status sdpa(const float* q, std::size_t n_tokens, std::size_t start_pos, std::size_t n_heads,
                   const FloatKvView& kv, float scale, float* out, MemoryAllocator& scratch,

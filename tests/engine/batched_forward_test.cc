@@ -37,6 +37,7 @@
 #include "engine/synthetic_model.h"
 #include "engine/tokenizer.h"
 #include "kernels/cpu_features.h"
+#include "kernels/thread_pool.h"
 #include "memory/thread_temp_allocator.h"
 #include "spdlog/spdlog.h"
 #include "tests/support/heap_counter.h"
@@ -44,6 +45,11 @@
 
 namespace hearth::engine {
 namespace {
+
+// Two kernel threads whatever the machine reports, so that the paths that
+// deal a step's work out to the pool's threads (decode rows' attention, one
+// sequence per thread) run, and are compared with generate(), everywhere.
+const bool kTwoKernelThreads = kernels::set_default_thread_count(2);
 
 // ---------------------------------------------------------------- models
 
@@ -437,6 +443,8 @@ std::vector<Lane> greedy_lanes(const std::vector<std::vector<std::int32_t>>& pro
 //    depend on the KV tile's width past a row's causal window.
 TEST_P(Batched, GreedyTokensAndLogitsMatchEachPromptAlone) {
   if (needs_shared()) HEARTH_REQUIRE_SHARED();
+  ASSERT_TRUE(kTwoKernelThreads);
+  ASSERT_EQ(kernels::default_thread_pool().threads(), 2u);
   std::unique_ptr<Model> m = load_model(weights());
   ASSERT_NE(m, nullptr);
   const auto prompts = eight_prompts(*m);

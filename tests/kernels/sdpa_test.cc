@@ -17,6 +17,7 @@
 #include "kernels/cpu_features.h"
 #include "kernels/kv_cache.h"
 #include "kernels/thread_pool.h"
+#include "memory/arena_allocator.h"
 #include "memory/caching_allocator.h"
 #include "tests/support/heap_counter.h"
 
@@ -617,6 +618,35 @@ TEST(Sdpa, ScratchDoesNotGrowWithTheContext) {
         }
         EXPECT_EQ(peak[0], peak[1])
             << "tokens " << n_tokens << " heads " << n_heads << (tp ? " threaded" : " single");
+      }
+    }
+  }
+}
+
+// sdpa_scratch_bytes is what a call on the calling thread takes: that much
+// (from a 64-byte aligned buffer) is enough, for odd shapes and both caches,
+// and it is not loose: 65 bytes less, alignment slack and one byte, fails.
+TEST(Sdpa, SerialScratchIsWhatSdpaScratchBytesSays) {
+  for (const Shape& s : {Shape{1, 1, 8, 3, 1}, Shape{6, 2, 24, 40, 1}, Shape{32, 4, 64, 90, 1},
+                         Shape{12, 3, 40, 17, 23}, Shape{128, 1, 16, 5, 2}}) {
+    const auto p = make_problem(s, 21);
+    std::vector<float> out(p->q.size());
+    const std::size_t bytes = sdpa_scratch_bytes(s.n_tokens, s.n_heads, s.n_kv_heads, s.head_dim);
+    Buffer mem(static_cast<std::byte*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
+    for (bool quantized : {true, false}) {
+      for (std::size_t size : {bytes, bytes - 65}) {
+        ArenaAllocator scratch(mem.get(), size);
+        const absl::Status st = quantized ? sdpa(p->q.data(), s.n_tokens, s.start_pos, s.n_heads,
+                                                 p->qkv, p->scale, out.data(), scratch, nullptr)
+                                          : sdpa(p->q.data(), s.n_tokens, s.start_pos, s.n_heads,
+                                                 p->fkv, p->scale, out.data(), scratch, nullptr);
+        const std::string what = describe(s) + (quantized ? " int8" : " float") + " with " +
+                                 std::to_string(size) + " of " + std::to_string(bytes) + " bytes";
+        if (size == bytes) {
+          EXPECT_TRUE(st.ok()) << what << ": " << st;
+        } else {
+          EXPECT_EQ(st.code(), absl::StatusCode::kResourceExhausted) << what << ": " << st;
+        }
       }
     }
   }

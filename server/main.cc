@@ -38,7 +38,7 @@ Models (with none, the built-in synthetic demo model is served as "demo"):
   --context N               KV positions per instance (default: the model's, at most 4096)
   --kv-cache int8|float     KV cache type (default int8)
   --step-tokens N           token budget of one batched step: decode rows + prompt chunks
-                            (default 24; larger admits prompts faster, smaller keeps
+                            (default 16; larger admits prompts faster, smaller keeps
                             inter-token latency low while prompts are admitted)
   --chat-template [NAME=]FILE   the Jinja chat template Chat renders for model NAME (without
                             NAME=: for every model), instead of the file's own (repeatable)

@@ -8,7 +8,7 @@
 //   queue = 16           # requests that may wait for an instance (default: --queue, 8)
 //   context = 2048       # KV positions per instance (default: the model's, capped at 4096)
 //   kv_cache = int8      # int8 | float (default: --kv-cache, int8)
-//   step_tokens = 24     # token budget of one batched step (default: --step-tokens, 24)
+//   step_tokens = 16     # token budget of one batched step (default: --step-tokens, 16)
 //   chat_template = /models/tinyllama.jinja   # overrides the file's tokenizer.chat_template
 //
 // `path = builtin:demo` serves the built-in synthetic demo model.
@@ -27,7 +27,7 @@ namespace hearth::server {
 // The source name of the built-in synthetic demo model.
 inline constexpr std::string_view kDemoSource = "builtin:demo";
 
-inline constexpr std::size_t kDefaultStepTokens = 24;
+inline constexpr std::size_t kDefaultStepTokens = 16;
 inline constexpr std::size_t kMaxStepTokens = 1024;
 
 struct ModelSpec {

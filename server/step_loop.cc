@@ -193,14 +193,16 @@ void StepLoop::loop() {
       stepped_.push_back(a);
       ++rows;
     }
-    bool prompt_row = false;  // the first prompt chunk gets a row even past the budget
+    // The first prompt chunk gets half the budget even past it.
+    const std::size_t first_chunk = std::max<std::size_t>(options_.step_tokens / 2, 1);
+    bool prompt_row = false;
     for (Active* a : active_) {
       if (!a->sequence->prefilling() || !a->sink->has_room(kPiecesPerStep)) continue;
       const std::size_t left = options_.step_tokens > rows ? options_.step_tokens - rows : 0;
       if (left == 0 && prompt_row) break;
-      prompt_row = true;
       const std::span<const std::int32_t> chunk =
-          a->sequence->next_tokens(std::max<std::size_t>(left, 1));
+          a->sequence->next_tokens(prompt_row ? left : std::max(left, first_chunk));
+      prompt_row = true;
       inputs_.push_back(
           {a->instance, chunk, a->sequence->position(), a->sequence->wants_logits(chunk.size())});
       stepped_.push_back(a);

@@ -10,9 +10,10 @@
 //   2. picks the rows of the step under its token budget (step_tokens):
 //      one decode token for every decoding sequence whose sink has room,
 //      then prompt chunks of the prefilling ones, oldest first, with what
-//      is left of the budget (at least one token, so a long prompt always
-//      progresses and never stalls the running streams for more than a
-//      budget's worth of work);
+//      is left of the budget; the oldest gets at least half the budget
+//      (at least one token), even past it, so a prompt progresses as fast
+//      while decode rows fill the budget, and never stalls the running
+//      streams for more than a budget's worth of work;
 //   3. runs engine::BatchedForward::step over them, samples each sequence
 //      (its own Sampler, StopMatcher and TokenStreamDecoder) and hands its
 //      pieces to its sink, on this thread;
@@ -88,7 +89,7 @@ struct RunResult {
 
 struct StepLoopOptions {
   // Token budget of one step (decode rows + prompt chunk rows), >= 1.
-  std::size_t step_tokens = 24;
+  std::size_t step_tokens = 16;
   // Most sequences in one step: the model's instances.
   std::size_t max_sequences = 1;
 };

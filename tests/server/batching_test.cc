@@ -301,10 +301,10 @@ class ServerBatchingLongPromptTest : public ServerBatchingTest,
 
 // Three long streams are mid-generation (held unread) when they are released
 // and a prompt of about 300 tokens arrives. Its prefill runs in chunks of what
-// the three decode rows leave of each step's budget (chunks of 29 with the
-// default 32; of 1 with --step-tokens 4, about 300 steps shared with the
-// decoders), not the chunks it gets alone (32, or 4): neither the decoders'
-// tokens nor its own change.
+// the three decode rows leave of each step's budget, at least half of it
+// (chunks of 29 with --step-tokens 32; of 2 with --step-tokens 4, about 150
+// steps shared with the decoders), not the chunks it gets alone (32, or 4):
+// neither the decoders' tokens nor its own change.
 TEST_P(ServerBatchingLongPromptTest, LongPromptAdmittedMidBatchChangesNoResult) {
   start(GetParam().kv, {"--step-tokens", GetParam().step_tokens});
   // About 300 tokens of story text (repeated sentences; Tokenize counts them).

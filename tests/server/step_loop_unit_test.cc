@@ -9,7 +9,10 @@
 
 #include <array>
 #include <atomic>
+#include <condition_variable>
+#include <mutex>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "server/model_registry.h"
@@ -117,6 +120,93 @@ TEST(StepLoopUnit, SteadyBatchedDecodeMakesNoHeapAllocationThroughTheRealLoop) {
   EXPECT_EQ(steps.widest(), kStreams) << "the four streams were never stepped together";
   EXPECT_EQ(window.allocations(), 0u)
       << "heap allocations while four streams decoded in batched steps";
+}
+
+// Records (sequences, tokens) of every step.
+class StepShapes final : public StepObserver {
+ public:
+  void on_step(const std::string&, std::size_t sequences, std::size_t tokens, double) override {
+    std::lock_guard lock(mu_);
+    shapes_.emplace_back(sequences, tokens);
+  }
+  std::vector<std::pair<std::size_t, std::size_t>> shapes() const {
+    std::lock_guard lock(mu_);
+    return shapes_;
+  }
+
+ private:
+  mutable std::mutex mu_;
+  std::vector<std::pair<std::size_t, std::size_t>> shapes_;
+};
+
+// With --step-tokens 4 and three sequences decoding, a newcomer's prompt
+// gets half the budget (2 rows) per step even though the decode rows leave
+// it only 1: steps of 4 sequences run 5 tokens (3 + 2), except perhaps the
+// prompt's last chunk, and never more.
+TEST(StepLoopUnit, ThePromptGetsHalfTheBudgetWhenDecodeRowsFillIt) {
+  ModelSpec spec;
+  spec.name = "demo";
+  spec.path = std::string(kDemoSource);
+  spec.instances = 4;
+  spec.queue = 0;
+  spec.step_tokens = 4;
+  ModelRegistry registry({spec});
+  StepShapes steps;
+  ASSERT_TRUE(registry.load_all(nullptr, false, {}, &steps).ok());
+  RequestPath path(registry, RequestPathOptions{});
+
+  std::mutex mu;
+  std::condition_variable first_tokens;
+  std::size_t decoding = 0;  // decoders that wrote a token; guarded by mu
+  std::array<PieceWriter, 4> writers;
+  for (std::size_t s = 0; s < 3; ++s) {
+    writers[s].begin(
+        [&, seen = false](std::string_view, std::int32_t token, const PieceLogprobs*) mutable {
+          if (token >= 0 && !seen) {
+            seen = true;
+            std::lock_guard lock(mu);
+            ++decoding;
+            first_tokens.notify_all();
+          }
+          return true;
+        });
+  }
+  writers[3].begin([](std::string_view, std::int32_t, const PieceLogprobs*) { return true; });
+  auto run = [&](std::size_t s, std::string prompt, std::size_t max_tokens) {
+    GenerateCall call;
+    call.method = "Generate";
+    call.model = "demo";
+    call.request.prompt = std::move(prompt);
+    call.request.max_tokens = max_tokens;
+    call.request.ignore_eos = true;
+    PieceWriterSink sink(writers[s]);
+    RequestRecord record;
+    absl::Status st = path.generate(call, sink, CallContext{}, record).status();
+    writers[s].finish();
+    return st;
+  };
+  std::array<absl::Status, 4> status;
+  std::vector<std::thread> clients;
+  // Decoders with far more tokens to go than the newcomer's prefill takes.
+  for (std::size_t s = 0; s < 3; ++s)
+    clients.emplace_back([&, s] { status[s] = run(s, "decoder " + std::to_string(s), 400); });
+  {
+    std::unique_lock lock(mu);
+    first_tokens.wait(lock, [&] { return decoding == 3; });
+  }
+  std::string long_prompt;
+  for (int i = 0; i < 20; ++i) long_prompt += "the newcomer waits ";
+  status[3] = run(3, long_prompt, 1);
+  for (std::thread& t : clients) t.join();
+  for (const absl::Status& st : status) EXPECT_TRUE(st.ok()) << st;
+
+  std::size_t halves = 0;
+  for (const auto& [sequences, tokens] : steps.shapes()) {
+    if (sequences != 4) continue;
+    EXPECT_LE(tokens, 5u) << "a step of four sequences ran " << tokens << " tokens";
+    halves += tokens == 5 ? 1 : 0;
+  }
+  EXPECT_GE(halves, 5u) << "the newcomer's chunks were not half the budget";
 }
 
 }  // namespace

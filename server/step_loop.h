@@ -52,6 +52,7 @@
 #include "engine/sequence.h"
 #include "engine/tokenizer.h"
 #include "server/kv_prefix_index.h"
+#include "server/model_spec.h"
 #include "server/piece_sink.h"
 
 namespace hearth::server {
@@ -89,7 +90,7 @@ struct RunResult {
 
 struct StepLoopOptions {
   // Token budget of one step (decode rows + prompt chunk rows), >= 1.
-  std::size_t step_tokens = 16;
+  std::size_t step_tokens = kDefaultStepTokens;
   // Most sequences in one step: the model's instances.
   std::size_t max_sequences = 1;
 };

@@ -26,6 +26,8 @@ using openai::dump;
 using openai::Endpoint;
 
 constexpr const char* kJson = "application/json";
+// How long stop() lets the responses in flight finish writing.
+constexpr std::chrono::seconds kResponsesGrace{5};
 
 // Address and port of a socket end, as httplib reports them (numeric host).
 bool endpoint_of(const sockaddr_storage& a, std::string& host, int& port) {
@@ -171,7 +173,7 @@ struct HttpFrontEnd::StreamCall {
 HttpFrontEnd::HttpFrontEnd(RequestPath& path, HttpOptions options)
     : path_(path), options_(std::move(options)), started_unix_s_(unix_now()) {}
 
-HttpFrontEnd::~HttpFrontEnd() { stop(Clock::now() + std::chrono::seconds(5)); }
+HttpFrontEnd::~HttpFrontEnd() { stop(); }
 
 namespace {
 thread_local bool t_response_counted = false;  // see HttpFrontEnd::response_begins
@@ -275,11 +277,11 @@ absl::StatusOr<int> HttpFrontEnd::start() {
   return port;
 }
 
-void HttpFrontEnd::stop(Clock::time_point responses_deadline) {
+void HttpFrontEnd::stop() {
   if (server_ == nullptr) return;
   {
     std::unique_lock lock(responses_mu_);
-    responses_done_.wait_until(lock, responses_deadline, [this] { return responses_ == 0; });
+    responses_done_.wait_for(lock, kResponsesGrace, [this] { return responses_ == 0; });
   }
   server_->stop();
   // httplib 0.11 lets an idle keep-alive connection wait out its timeout

@@ -80,12 +80,12 @@ class HttpFrontEnd {
   absl::StatusOr<int> start();
   // What /health reports.
   void set_state(State state) { state_.store(state, std::memory_order_release); }
-  // Lets the generation responses still being written finish (until
-  // `responses_deadline`), then closes the listening socket and the idle
+  // Lets the generation responses still being written finish (for up to
+  // 5 s, as gRPC's shutdown), then closes the listening socket and the idle
   // connections and waits for httplib's threads. The owner first drains the
   // models and aborts what runs past the grace period, so those responses
   // are only their last events.
-  void stop(Clock::time_point responses_deadline);
+  void stop();
 
  private:
   void health(httplib::Response& res) const;

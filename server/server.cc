@@ -38,7 +38,7 @@ HearthServer::~HearthServer() {
     server_->Shutdown(std::chrono::system_clock::now());
     server_->Wait();
   }
-  if (http_) http_->stop(Clock::now() + std::chrono::seconds(5));
+  if (http_) http_->stop();
 }
 
 void HearthServer::set_health(const std::string& service, bool serving) {
@@ -155,7 +155,7 @@ bool HearthServer::shutdown() {
   server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
   server_->Wait();
   server_.reset();
-  if (http_) http_->stop(Clock::now() + std::chrono::seconds(5));
+  if (http_) http_->stop();
   spdlog::info("stopped{}", drained ? "" : " (some generations were cancelled)");
   return drained;
 }

@@ -68,6 +68,8 @@ class Sequence {
   // The position of next_tokens()' first token.
   std::size_t position() const { return pos_; }
   bool prefilling() const { return pos_ < prompt_.size(); }
+  // Prompt tokens not run yet (0 once decoding).
+  std::size_t prompt_tokens_left() const { return prefilling() ? prompt_.size() - pos_ : 0; }
   // Whether a step that runs `n` of next_tokens() must hand back logits.
   bool wants_logits(std::size_t n) const { return pos_ + n >= prompt_.size(); }
 

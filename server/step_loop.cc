@@ -67,6 +67,7 @@ absl::StatusOr<std::unique_ptr<StepLoop>> StepLoop::start(
   loop->inputs_.reserve(options.max_sequences);
   loop->stepped_.reserve(options.max_sequences);
   loop->arrived_.reserve(options.max_sequences);
+  loop->prompting_.reserve(options.max_sequences);
   loop->thread_ = std::thread([l = loop.get()] { l->loop(); });
   return loop;
 }
@@ -151,6 +152,40 @@ void StepLoop::take_in(std::vector<Active*>& arrived) {
   arrived.clear();
 }
 
+std::size_t StepLoop::add_chunk(Active& a, std::size_t budget) {
+  const std::span<const std::int32_t> chunk = a.sequence->next_tokens(budget);
+  inputs_.push_back(
+      {a.instance, chunk, a.sequence->position(), a.sequence->wants_logits(chunk.size())});
+  stepped_.push_back(&a);
+  return chunk.size();
+}
+
+std::size_t StepLoop::schedule_prompts(std::size_t decode_rows) {
+  prompting_.clear();
+  for (Active* a : active_)
+    if (a->sequence->prefilling() && a->sink->has_room(kPiecesPerStep)) prompting_.push_back(a);
+  if (prompting_.empty()) return 0;
+  // Others by prompt tokens left, fewest first; ties stay oldest first
+  // (an insertion sort: stable, and no heap allocation in the loop).
+  auto left_of = [](const Active* a) { return a->sequence->prompt_tokens_left(); };
+  for (std::size_t i = 2; i < prompting_.size(); ++i)
+    for (std::size_t j = i; j > 1 && left_of(prompting_[j - 1]) > left_of(prompting_[j]); --j)
+      std::swap(prompting_[j - 1], prompting_[j]);
+  Active& oldest = *prompting_.front();
+  std::size_t rows = 0;
+  const std::size_t budget_left =
+      options_.step_tokens > decode_rows ? options_.step_tokens - decode_rows : 0;
+  const std::size_t half = std::max<std::size_t>(options_.step_tokens / 2, 1);
+  const std::size_t reserved = std::min(left_of(&oldest), half);
+  std::size_t spare = budget_left > reserved ? budget_left - reserved : 0;
+  for (std::size_t i = 1; i < prompting_.size() && spare > 0; ++i) {
+    const std::size_t take = std::min(left_of(prompting_[i]), spare);
+    rows += add_chunk(*prompting_[i], take);
+    spare -= take;
+  }
+  return rows + add_chunk(oldest, reserved + spare);
+}
+
 void StepLoop::loop() {
   const std::size_t n_vocab = forward_->weights().config().n_vocab;
   for (;;) {
@@ -182,8 +217,8 @@ void StepLoop::loop() {
       continue;
     }
 
-    // 2. The step's rows: decode tokens first, then prompt chunks, oldest
-    // first, in what is left of the budget (at least one row).
+    // 2. The step's rows: decode tokens first, then prompt chunks in what
+    // is left of the budget (schedule_prompts).
     inputs_.clear();
     stepped_.clear();
     std::size_t rows = 0;
@@ -193,21 +228,7 @@ void StepLoop::loop() {
       stepped_.push_back(a);
       ++rows;
     }
-    // The first prompt chunk gets half the budget even past it.
-    const std::size_t first_chunk = std::max<std::size_t>(options_.step_tokens / 2, 1);
-    bool prompt_row = false;
-    for (Active* a : active_) {
-      if (!a->sequence->prefilling() || !a->sink->has_room(kPiecesPerStep)) continue;
-      const std::size_t left = options_.step_tokens > rows ? options_.step_tokens - rows : 0;
-      if (left == 0 && prompt_row) break;
-      const std::span<const std::int32_t> chunk =
-          a->sequence->next_tokens(prompt_row ? left : std::max(left, first_chunk));
-      prompt_row = true;
-      inputs_.push_back(
-          {a->instance, chunk, a->sequence->position(), a->sequence->wants_logits(chunk.size())});
-      stepped_.push_back(a);
-      rows += chunk.size();
-    }
+    rows += schedule_prompts(rows);
     if (inputs_.empty()) {  // every running sequence waits for its client
       std::unique_lock<std::mutex> lock(mu_);
       wake_.wait_for(lock, kStalledPoll, [&] { return stop_ || !inbox_.empty(); });

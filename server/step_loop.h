@@ -9,11 +9,13 @@
 //      server shutting down): they finish as kCancelled, and run() returns;
 //   2. picks the rows of the step under its token budget (step_tokens):
 //      one decode token for every decoding sequence whose sink has room,
-//      then prompt chunks of the prefilling ones, oldest first, with what
-//      is left of the budget; the oldest gets at least half the budget
-//      (at least one token), even past it, so a prompt progresses as fast
-//      while decode rows fill the budget, and never stalls the running
-//      streams for more than a budget's worth of work;
+//      then prompt chunks of the prefilling ones in what is left of the
+//      budget. The oldest prompt gets at least half the budget (at least
+//      one token), even past it, so a prompt progresses while decode rows
+//      fill the budget, and never stalls the running streams for more than
+//      a budget's worth of work; the rest goes to the other prompts, fewest
+//      tokens left first, so a short prompt is not queued behind a long
+//      one's whole prefill; what they leave goes to the oldest too;
 //   3. runs engine::BatchedForward::step over them, samples each sequence
 //      (its own Sampler, StopMatcher and TokenStreamDecoder) and hands its
 //      pieces to its sink, on this thread;
@@ -135,6 +137,10 @@ class StepLoop {
   // Takes the sequences handed over into the active set, each after its
   // instance's cache got the prompt's longest cached prefix.
   void take_in(std::vector<Active*>& arrived);
+  // Step 2's prompt chunks, after `decode_rows` decode rows; returns their rows.
+  std::size_t schedule_prompts(std::size_t decode_rows);
+  // Adds up to `budget` of `a`'s next tokens to the step; returns how many.
+  std::size_t add_chunk(Active& a, std::size_t budget);
 
   std::string model_;
   StepLoopOptions options_;
@@ -153,6 +159,7 @@ class StepLoop {
   std::vector<engine::StepInput> inputs_;
   std::vector<Active*> stepped_;
   std::vector<Active*> arrived_;
+  std::vector<Active*> prompting_;  // schedule_prompts' order
 
   std::atomic<std::size_t> running_{0};
   std::atomic<std::size_t> kv_in_use_{0};

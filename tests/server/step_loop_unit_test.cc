@@ -7,9 +7,11 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <array>
 #include <atomic>
 #include <condition_variable>
+#include <functional>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -122,13 +124,20 @@ TEST(StepLoopUnit, SteadyBatchedDecodeMakesNoHeapAllocationThroughTheRealLoop) {
       << "heap allocations while four streams decoded in batched steps";
 }
 
-// Records (sequences, tokens) of every step.
+// Records (sequences, tokens) of every step; after_first_step, when set,
+// runs on the loop's thread after the first step is recorded.
 class StepShapes final : public StepObserver {
  public:
   void on_step(const std::string&, std::size_t sequences, std::size_t tokens, double) override {
-    std::lock_guard lock(mu_);
-    shapes_.emplace_back(sequences, tokens);
+    bool first = false;
+    {
+      std::lock_guard lock(mu_);
+      first = shapes_.empty();
+      shapes_.emplace_back(sequences, tokens);
+    }
+    if (first && after_first_step) after_first_step();
   }
+  std::function<void()> after_first_step;
   std::vector<std::pair<std::size_t, std::size_t>> shapes() const {
     std::lock_guard lock(mu_);
     return shapes_;
@@ -207,6 +216,82 @@ TEST(StepLoopUnit, ThePromptGetsHalfTheBudgetWhenDecodeRowsFillIt) {
     halves += tokens == 5 ? 1 : 0;
   }
   EXPECT_GE(halves, 5u) << "the newcomer's chunks were not half the budget";
+}
+
+// With --step-tokens 8, a short prompt that arrives while a long one is
+// being prefilled gets its chunk in the next step (the long one keeps at
+// least half the budget), instead of waiting for the long prefill to end:
+// full-budget steps of the long prompt alone follow the first step of both.
+// The loop is held after its first step until the short request is handed
+// over, so the order is an event, not a race.
+TEST(StepLoopUnit, AShortPromptIsNotQueuedBehindALongPrefill) {
+  ModelSpec spec;
+  spec.name = "demo";
+  spec.path = std::string(kDemoSource);
+  spec.instances = 2;
+  spec.queue = 0;
+  spec.step_tokens = 8;
+  ModelRegistry registry({spec});
+  StepShapes steps;
+  std::mutex mu;
+  std::condition_variable cv;
+  bool stepped = false, released = false;  // guarded by mu
+  steps.after_first_step = [&] {
+    std::unique_lock lock(mu);
+    stepped = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return released; });
+  };
+  ASSERT_TRUE(registry.load_all(nullptr, false, {}, &steps).ok());
+  absl::StatusOr<ModelPool*> pool = registry.find("demo");
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  RequestPath path(registry, RequestPathOptions{});
+
+  std::array<PieceWriter, 2> writers;
+  for (PieceWriter& w : writers)
+    w.begin([](std::string_view, std::int32_t, const PieceLogprobs*) { return true; });
+  auto run = [&](std::size_t s, std::string prompt) {
+    GenerateCall call;
+    call.method = "Generate";
+    call.model = "demo";
+    call.request.prompt = std::move(prompt);
+    call.request.max_tokens = 1;
+    call.request.ignore_eos = true;
+    PieceWriterSink sink(writers[s]);
+    RequestRecord record;
+    absl::Status st = path.generate(call, sink, CallContext{}, record).status();
+    writers[s].finish();
+    return st;
+  };
+  std::string long_prompt;
+  for (int i = 0; i < 20; ++i) long_prompt += "the newcomer waits ";
+  std::array<absl::Status, 2> status;
+  std::thread long_client([&] { status[0] = run(0, long_prompt); });
+  {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return stepped; });
+  }
+  std::thread short_client([&] { status[1] = run(1, "once upon"); });
+  while ((*pool)->step_loop().running() < 2) std::this_thread::yield();  // handed over
+  {
+    std::lock_guard lock(mu);
+    released = true;
+    cv.notify_all();
+  }
+  long_client.join();
+  short_client.join();
+  for (const absl::Status& st : status) EXPECT_TRUE(st.ok()) << st;
+
+  const auto shapes = steps.shapes();
+  const auto both = std::find_if(shapes.begin(), shapes.end(),
+                                 [](const auto& shape) { return shape.first == 2; });
+  ASSERT_NE(both, shapes.end()) << "the two prompts never shared a step";
+  EXPECT_EQ(both - shapes.begin(), 1) << "the short prompt waited " << both - shapes.begin() - 1
+                                      << " steps after it was handed over";
+  const auto long_alone = std::count_if(both + 1, shapes.end(), [](const auto& shape) {
+    return shape.first == 1 && shape.second == 8;
+  });
+  EXPECT_GE(long_alone, 3) << "the long prefill had ended before the short prompt ran";
 }
 
 }  // namespace

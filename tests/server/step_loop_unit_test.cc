@@ -148,18 +148,40 @@ class StepShapes final : public StepObserver {
   std::vector<std::pair<std::size_t, std::size_t>> shapes_;
 };
 
+// The demo model with `instances` instances, no queue, and a step budget.
+ModelSpec demo_spec(std::size_t instances, std::size_t step_tokens) {
+  ModelSpec spec;
+  spec.name = "demo";
+  spec.path = std::string(kDemoSource);
+  spec.instances = instances;
+  spec.queue = 0;
+  spec.step_tokens = step_tokens;
+  return spec;
+}
+
+// One greedy Generate of `max_tokens` tokens (EOS ignored) through `path`,
+// its pieces to `writer`, which it finishes.
+absl::Status generate(RequestPath& path, PieceWriter& writer, std::string prompt,
+                      std::size_t max_tokens) {
+  GenerateCall call;
+  call.method = "Generate";
+  call.model = "demo";
+  call.request.prompt = std::move(prompt);
+  call.request.max_tokens = max_tokens;
+  call.request.ignore_eos = true;
+  PieceWriterSink sink(writer);
+  RequestRecord record;
+  absl::Status st = path.generate(call, sink, CallContext{}, record).status();
+  writer.finish();
+  return st;
+}
+
 // With --step-tokens 4 and three sequences decoding, a newcomer's prompt
 // gets half the budget (2 rows) per step even though the decode rows leave
 // it only 1: steps of 4 sequences run 5 tokens (3 + 2), except perhaps the
 // prompt's last chunk, and never more.
 TEST(StepLoopUnit, ThePromptGetsHalfTheBudgetWhenDecodeRowsFillIt) {
-  ModelSpec spec;
-  spec.name = "demo";
-  spec.path = std::string(kDemoSource);
-  spec.instances = 4;
-  spec.queue = 0;
-  spec.step_tokens = 4;
-  ModelRegistry registry({spec});
+  ModelRegistry registry({demo_spec(4, 4)});
   StepShapes steps;
   ASSERT_TRUE(registry.load_all(nullptr, false, {}, &steps).ok());
   RequestPath path(registry, RequestPathOptions{});
@@ -182,17 +204,7 @@ TEST(StepLoopUnit, ThePromptGetsHalfTheBudgetWhenDecodeRowsFillIt) {
   }
   writers[3].begin([](std::string_view, std::int32_t, const PieceLogprobs*) { return true; });
   auto run = [&](std::size_t s, std::string prompt, std::size_t max_tokens) {
-    GenerateCall call;
-    call.method = "Generate";
-    call.model = "demo";
-    call.request.prompt = std::move(prompt);
-    call.request.max_tokens = max_tokens;
-    call.request.ignore_eos = true;
-    PieceWriterSink sink(writers[s]);
-    RequestRecord record;
-    absl::Status st = path.generate(call, sink, CallContext{}, record).status();
-    writers[s].finish();
-    return st;
+    return generate(path, writers[s], std::move(prompt), max_tokens);
   };
   std::array<absl::Status, 4> status;
   std::vector<std::thread> clients;
@@ -225,13 +237,7 @@ TEST(StepLoopUnit, ThePromptGetsHalfTheBudgetWhenDecodeRowsFillIt) {
 // The loop is held after its first step until the short request is handed
 // over, so the order is an event, not a race.
 TEST(StepLoopUnit, AShortPromptIsNotQueuedBehindALongPrefill) {
-  ModelSpec spec;
-  spec.name = "demo";
-  spec.path = std::string(kDemoSource);
-  spec.instances = 2;
-  spec.queue = 0;
-  spec.step_tokens = 8;
-  ModelRegistry registry({spec});
+  ModelRegistry registry({demo_spec(2, 8)});
   StepShapes steps;
   std::mutex mu;
   std::condition_variable cv;
@@ -250,28 +256,15 @@ TEST(StepLoopUnit, AShortPromptIsNotQueuedBehindALongPrefill) {
   std::array<PieceWriter, 2> writers;
   for (PieceWriter& w : writers)
     w.begin([](std::string_view, std::int32_t, const PieceLogprobs*) { return true; });
-  auto run = [&](std::size_t s, std::string prompt) {
-    GenerateCall call;
-    call.method = "Generate";
-    call.model = "demo";
-    call.request.prompt = std::move(prompt);
-    call.request.max_tokens = 1;
-    call.request.ignore_eos = true;
-    PieceWriterSink sink(writers[s]);
-    RequestRecord record;
-    absl::Status st = path.generate(call, sink, CallContext{}, record).status();
-    writers[s].finish();
-    return st;
-  };
   std::string long_prompt;
   for (int i = 0; i < 20; ++i) long_prompt += "the newcomer waits ";
   std::array<absl::Status, 2> status;
-  std::thread long_client([&] { status[0] = run(0, long_prompt); });
+  std::thread long_client([&] { status[0] = generate(path, writers[0], long_prompt, 1); });
   {
     std::unique_lock lock(mu);
     cv.wait(lock, [&] { return stepped; });
   }
-  std::thread short_client([&] { status[1] = run(1, "once upon"); });
+  std::thread short_client([&] { status[1] = generate(path, writers[1], "once upon", 1); });
   while ((*pool)->step_loop().running() < 2) std::this_thread::yield();  // handed over
   {
     std::lock_guard lock(mu);

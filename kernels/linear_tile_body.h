@@ -411,9 +411,6 @@ void tile_wide(const PackedWeights& w, const QuantizedActivations& a, std::size_
     for (int h = 0; h < H; ++h)
 #pragma GCC unroll 8
       for (int j = 0; j < T; ++j) lo_acc[h][j] = hi_acc[h][j] = set1_int(0);
-    auto unpack = [&]<int C>(int h, IVec& lo0, IVec& lo1, IVec& hi0, IVec& hi1) {
-      wide_steps<kF, C>(wp + unit_bytes(h), lo0, lo1, hi0, hi1);
-    };
     // Steps c and c + 1 together: the maddubs cores sum their int16 pairs
     // before widening (2 x 2 x 63 x 127 < 32768).
     auto steps = [&]<int C>() {
@@ -423,7 +420,7 @@ void tile_wide(const PackedWeights& w, const QuantizedActivations& a, std::size_
 #pragma GCC unroll 8
         for (int h = 0; h < H; ++h) {
           IVec lo0, lo1, hi0, hi1;
-          unpack.template operator()<C>(h, lo0, lo1, hi0, hi1);
+          wide_steps<kF, C>(wp + unit_bytes(h), lo0, lo1, hi0, hi1);
           lo_acc[h][0] = pair_products(lo_acc[h][0], lo0, xl0, lo1, xl1);
           hi_acc[h][0] = pair_products(hi_acc[h][0], hi0, xh0, hi1, xh1);
         }
@@ -431,7 +428,8 @@ void tile_wide(const PackedWeights& w, const QuantizedActivations& a, std::size_
       }
       IVec lo0[H], lo1[H], hi0[H], hi1[H];
 #pragma GCC unroll 8
-      for (int h = 0; h < H; ++h) unpack.template operator()<C>(h, lo0[h], lo1[h], hi0[h], hi1[h]);
+      for (int h = 0; h < H; ++h)
+        wide_steps<kF, C>(wp + unit_bytes(h), lo0[h], lo1[h], hi0[h], hi1[h]);
 #pragma GCC unroll 8
       for (int j = 0; j < T; ++j) {
         const IVec xl0 = broadcast4(xp + 4 * n * C + 4 * j);

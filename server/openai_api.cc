@@ -42,17 +42,21 @@ absl::StatusOr<std::optional<std::int64_t>> integer(const Json& body, const char
   return invalid(str_cat(name, ": must be an integer"));
 }
 
-absl::StatusOr<std::optional<bool>> boolean(const Json& body, const char* name) {
+// `path`, when given, is how an error names a nested field
+// ("stream_options.include_usage"); by default its own name.
+absl::StatusOr<std::optional<bool>> boolean(const Json& body, const char* name,
+                                            const char* path = nullptr) {
   const Json* v = field(body, name);
   if (v == nullptr) return std::nullopt;
-  if (!v->is_boolean()) return invalid(str_cat(name, ": must be true or false"));
+  if (!v->is_boolean()) return invalid(str_cat(path ? path : name, ": must be true or false"));
   return v->get<bool>();
 }
 
-absl::StatusOr<std::optional<std::string>> string(const Json& body, const char* name) {
+absl::StatusOr<std::optional<std::string>> string(const Json& body, const char* name,
+                                                  const char* path = nullptr) {
   const Json* v = field(body, name);
   if (v == nullptr) return std::nullopt;
-  if (!v->is_string()) return invalid(str_cat(name, ": must be a string"));
+  if (!v->is_string()) return invalid(str_cat(path ? path : name, ": must be a string"));
   return v->get<std::string>();
 }
 
@@ -83,7 +87,8 @@ absl::Status read_response_format(const Json& body, engine::GenerationRequest& o
   const Json* v = field(body, "response_format");
   if (v == nullptr) return absl::OkStatus();
   if (!v->is_object()) return invalid("response_format: must be an object");
-  HEARTH_ASSIGN_OR_RETURN(std::optional<std::string> type, string(*v, "type"));
+  HEARTH_ASSIGN_OR_RETURN(std::optional<std::string> type,
+                          string(*v, "type", "response_format.type"));
   if (!type) return invalid("response_format.type: missing (text, json_object or json_schema)");
   hearth::v1::ResponseFormat format;
   if (*type == "json_object") {
@@ -165,7 +170,8 @@ absl::Status read_common(const Json& body, std::size_t max_tokens_limit,
   out.stream = stream.value_or(false);
   if (const Json* options = field(body, "stream_options"); options != nullptr) {
     if (!options->is_object()) return invalid("stream_options: must be an object");
-    HEARTH_ASSIGN_OR_RETURN(std::optional<bool> usage, boolean(*options, "include_usage"));
+    HEARTH_ASSIGN_OR_RETURN(std::optional<bool> usage,
+                            boolean(*options, "include_usage", "stream_options.include_usage"));
     if (usage) {
       if (!out.stream) return invalid("stream_options.include_usage: only with stream: true");
       out.include_usage = *usage;

@@ -159,6 +159,12 @@ TEST(OpenAiRequest, RefusalsNameTheField) {
             "stream_options.include_usage: only with stream: true");
   EXPECT_EQ(refusal(completion("{" + m + R"(, "response_format": {"type": "xml"}})")),
             "response_format.type: 'xml' is not text, json_object or json_schema");
+  // Nested fields are named by their path (found by openai_request_fuzz).
+  EXPECT_EQ(refusal(completion("{" + m + R"(, "response_format": {"type": 1}})")),
+            "response_format.type: must be a string");
+  EXPECT_EQ(refusal(completion("{" + m + R"(, "stream": true,
+                                            "stream_options": {"include_usage": 1}})")),
+            "stream_options.include_usage: must be true or false");
   EXPECT_EQ(refusal(chat(R"({"model": "m", "messages": []})")),
             "messages: must be a non-empty array");
   EXPECT_EQ(refusal(chat(R"({"model": "m", "messages": [{"content": "x"}]})")),

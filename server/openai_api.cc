@@ -229,11 +229,13 @@ absl::StatusOr<std::string> message_content(const Json& message, const std::stri
     const Json& part = (*content)[j];
     const std::string part_name = str_cat(name, ".content[", j, "]");
     if (!part.is_object()) return invalid(str_cat(part_name, ": must be an object"));
-    HEARTH_ASSIGN_OR_RETURN(std::optional<std::string> type, string(part, "type"));
+    HEARTH_ASSIGN_OR_RETURN(std::optional<std::string> type,
+                            string(part, "type", str_cat(part_name, ".type").c_str()));
     if (type.value_or("") != "text")
       return invalid(
           str_cat(part_name, ".type: '", type.value_or(""), "' is not supported (only text)"));
-    HEARTH_ASSIGN_OR_RETURN(std::optional<std::string> part_text, string(part, "text"));
+    HEARTH_ASSIGN_OR_RETURN(std::optional<std::string> part_text,
+                            string(part, "text", str_cat(part_name, ".text").c_str()));
     if (!part_text) return invalid(str_cat(part_name, ".text: missing"));
     text += *part_text;
   }
@@ -243,13 +245,16 @@ absl::StatusOr<std::string> message_content(const Json& message, const std::stri
 absl::StatusOr<Json> template_message(const Json& message, std::size_t i) {
   const std::string name = str_cat("messages[", i, "]");
   if (!message.is_object()) return invalid(str_cat(name, ": must be an object"));
-  HEARTH_ASSIGN_OR_RETURN(std::optional<std::string> role, string(message, "role"));
+  HEARTH_ASSIGN_OR_RETURN(std::optional<std::string> role,
+                          string(message, "role", str_cat(name, ".role").c_str()));
   if (!role || role->empty()) return invalid(str_cat(name, ".role: must not be empty"));
   HEARTH_ASSIGN_OR_RETURN(std::string content, message_content(message, name));
   Json out = {{"role", *role}, {"content", std::move(content)}};
-  HEARTH_ASSIGN_OR_RETURN(std::optional<std::string> speaker, string(message, "name"));
+  HEARTH_ASSIGN_OR_RETURN(std::optional<std::string> speaker,
+                          string(message, "name", str_cat(name, ".name").c_str()));
   if (speaker) out["name"] = *speaker;
-  HEARTH_ASSIGN_OR_RETURN(std::optional<std::string> call_id, string(message, "tool_call_id"));
+  HEARTH_ASSIGN_OR_RETURN(std::optional<std::string> call_id,
+                          string(message, "tool_call_id", str_cat(name, ".tool_call_id").c_str()));
   if (call_id) out["tool_call_id"] = *call_id;
   if (const Json* calls = field(message, "tool_calls"); calls != nullptr) {
     if (!calls->is_array()) return invalid(str_cat(name, ".tool_calls: must be an array"));

@@ -165,6 +165,20 @@ TEST(OpenAiRequest, RefusalsNameTheField) {
   EXPECT_EQ(refusal(completion("{" + m + R"(, "stream": true,
                                             "stream_options": {"include_usage": 1}})")),
             "stream_options.include_usage: must be true or false");
+  EXPECT_EQ(refusal(chat(R"({"model": "m", "messages": [{"role": 1, "content": "x"}]})")),
+            "messages[0].role: must be a string");
+  EXPECT_EQ(refusal(chat(R"({"model": "m", "messages": [{"role": "user", "content": "x",
+                                                          "name": 2}]})")),
+            "messages[0].name: must be a string");
+  EXPECT_EQ(refusal(chat(R"({"model": "m", "messages": [{"role": "user", "content": "x",
+                                                          "tool_call_id": []}]})")),
+            "messages[0].tool_call_id: must be a string");
+  EXPECT_EQ(refusal(chat(R"({"model": "m", "messages": [{"role": "user", "content":
+                              [{"type": "text", "text": 3}]}]})")),
+            "messages[0].content[0].text: must be a string");
+  EXPECT_EQ(refusal(chat(R"({"model": "m", "messages": [{"role": "user", "content":
+                              [{"type": false}]}]})")),
+            "messages[0].content[0].type: must be a string");
   EXPECT_EQ(refusal(chat(R"({"model": "m", "messages": []})")),
             "messages: must be a non-empty array");
   EXPECT_EQ(refusal(chat(R"({"model": "m", "messages": [{"content": "x"}]})")),

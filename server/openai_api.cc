@@ -42,21 +42,25 @@ absl::StatusOr<std::optional<std::int64_t>> integer(const Json& body, const char
   return invalid(str_cat(name, ": must be an integer"));
 }
 
-// `path`, when given, is how an error names a nested field
-// ("stream_options.include_usage"); by default its own name.
+// How an error names field `name` of the object at path `parent`
+// ("messages[0].role"), or of the body itself when `parent` is empty.
+std::string shown(std::string_view parent, const char* name) {
+  return parent.empty() ? std::string(name) : str_cat(parent, ".", name);
+}
+
 absl::StatusOr<std::optional<bool>> boolean(const Json& body, const char* name,
-                                            const char* path = nullptr) {
+                                            std::string_view parent = {}) {
   const Json* v = field(body, name);
   if (v == nullptr) return std::nullopt;
-  if (!v->is_boolean()) return invalid(str_cat(path ? path : name, ": must be true or false"));
+  if (!v->is_boolean()) return invalid(str_cat(shown(parent, name), ": must be true or false"));
   return v->get<bool>();
 }
 
 absl::StatusOr<std::optional<std::string>> string(const Json& body, const char* name,
-                                                  const char* path = nullptr) {
+                                                  std::string_view parent = {}) {
   const Json* v = field(body, name);
   if (v == nullptr) return std::nullopt;
-  if (!v->is_string()) return invalid(str_cat(path ? path : name, ": must be a string"));
+  if (!v->is_string()) return invalid(str_cat(shown(parent, name), ": must be a string"));
   return v->get<std::string>();
 }
 
@@ -87,8 +91,7 @@ absl::Status read_response_format(const Json& body, engine::GenerationRequest& o
   const Json* v = field(body, "response_format");
   if (v == nullptr) return absl::OkStatus();
   if (!v->is_object()) return invalid("response_format: must be an object");
-  HEARTH_ASSIGN_OR_RETURN(std::optional<std::string> type,
-                          string(*v, "type", "response_format.type"));
+  HEARTH_ASSIGN_OR_RETURN(std::optional<std::string> type, string(*v, "type", "response_format"));
   if (!type) return invalid("response_format.type: missing (text, json_object or json_schema)");
   hearth::v1::ResponseFormat format;
   if (*type == "json_object") {
@@ -171,7 +174,7 @@ absl::Status read_common(const Json& body, std::size_t max_tokens_limit,
   if (const Json* options = field(body, "stream_options"); options != nullptr) {
     if (!options->is_object()) return invalid("stream_options: must be an object");
     HEARTH_ASSIGN_OR_RETURN(std::optional<bool> usage,
-                            boolean(*options, "include_usage", "stream_options.include_usage"));
+                            boolean(*options, "include_usage", "stream_options"));
     if (usage) {
       if (!out.stream) return invalid("stream_options.include_usage: only with stream: true");
       out.include_usage = *usage;
@@ -229,13 +232,11 @@ absl::StatusOr<std::string> message_content(const Json& message, const std::stri
     const Json& part = (*content)[j];
     const std::string part_name = str_cat(name, ".content[", j, "]");
     if (!part.is_object()) return invalid(str_cat(part_name, ": must be an object"));
-    HEARTH_ASSIGN_OR_RETURN(std::optional<std::string> type,
-                            string(part, "type", str_cat(part_name, ".type").c_str()));
+    HEARTH_ASSIGN_OR_RETURN(std::optional<std::string> type, string(part, "type", part_name));
     if (type.value_or("") != "text")
       return invalid(
           str_cat(part_name, ".type: '", type.value_or(""), "' is not supported (only text)"));
-    HEARTH_ASSIGN_OR_RETURN(std::optional<std::string> part_text,
-                            string(part, "text", str_cat(part_name, ".text").c_str()));
+    HEARTH_ASSIGN_OR_RETURN(std::optional<std::string> part_text, string(part, "text", part_name));
     if (!part_text) return invalid(str_cat(part_name, ".text: missing"));
     text += *part_text;
   }
@@ -245,16 +246,14 @@ absl::StatusOr<std::string> message_content(const Json& message, const std::stri
 absl::StatusOr<Json> template_message(const Json& message, std::size_t i) {
   const std::string name = str_cat("messages[", i, "]");
   if (!message.is_object()) return invalid(str_cat(name, ": must be an object"));
-  HEARTH_ASSIGN_OR_RETURN(std::optional<std::string> role,
-                          string(message, "role", str_cat(name, ".role").c_str()));
+  HEARTH_ASSIGN_OR_RETURN(std::optional<std::string> role, string(message, "role", name));
   if (!role || role->empty()) return invalid(str_cat(name, ".role: must not be empty"));
   HEARTH_ASSIGN_OR_RETURN(std::string content, message_content(message, name));
   Json out = {{"role", *role}, {"content", std::move(content)}};
-  HEARTH_ASSIGN_OR_RETURN(std::optional<std::string> speaker,
-                          string(message, "name", str_cat(name, ".name").c_str()));
+  HEARTH_ASSIGN_OR_RETURN(std::optional<std::string> speaker, string(message, "name", name));
   if (speaker) out["name"] = *speaker;
   HEARTH_ASSIGN_OR_RETURN(std::optional<std::string> call_id,
-                          string(message, "tool_call_id", str_cat(name, ".tool_call_id").c_str()));
+                          string(message, "tool_call_id", name));
   if (call_id) out["tool_call_id"] = *call_id;
   if (const Json* calls = field(message, "tool_calls"); calls != nullptr) {
     if (!calls->is_array()) return invalid(str_cat(name, ".tool_calls: must be an array"));

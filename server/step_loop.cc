@@ -224,9 +224,7 @@ void StepLoop::loop() {
     std::size_t rows = 0;
     for (Active* a : active_) {
       if (a->sequence->prefilling() || !a->sink->has_room(kPiecesPerStep)) continue;
-      inputs_.push_back({a->instance, a->sequence->next_tokens(1), a->sequence->position(), true});
-      stepped_.push_back(a);
-      ++rows;
+      rows += add_chunk(*a, 1);  // the token sampled last (wants_logits: always)
     }
     rows += schedule_prompts(rows);
     if (inputs_.empty()) {  // every running sequence waits for its client

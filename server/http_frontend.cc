@@ -423,10 +423,12 @@ void HttpFrontEnd::stream(StreamCall& call, httplib::DataSink& sink) {
   } else {
     send(openai::error_event(status));
   }
-  send(openai::kDoneEvent);
-  sink.done();
+  // Counted before the last event, as gRPC counts a call before its status
+  // goes out: a client that has read [DONE] finds the request in /metrics.
   if (status.ok() && !sent) status = absl::CancelledError("the client went away");
   path_.finish(call.record, status);
+  send(openai::kDoneEvent);
+  sink.done();
 }
 
 }  // namespace hearth::server

@@ -189,6 +189,14 @@ class ServerHttpTest : public ::testing::Test {
     return sum_series(scrape(server_), "hearth_requests_total",
                       {"method=\"" + method + "\"", "code=\"" + code + "\"", "transport=\"http\""});
   }
+  // A request is counted when its handler ends, which can be just after its
+  // instance is free again: polls the scrape until `n` are counted.
+  bool wait_for_http_requests(const std::string& method, const std::string& code, double n) {
+    const auto deadline = Clock::now() + patience();
+    while (http_requests(method, code) < n)
+      if (Clock::now() >= deadline) return false;
+    return true;
+  }
 
   ServerProcess server_;
   std::unique_ptr<v1::Inference::Stub> stub_;
@@ -209,6 +217,8 @@ TEST_F(ServerHttpTest, ClientThatDisconnectsFreesTheInstance) {
     ASSERT_TRUE(wait_until(is_busy, "generating the unary request"));
   }  // closed while its answer is being generated
   EXPECT_TRUE(wait_until(is_idle, "idle after the unary client left"));
+  EXPECT_TRUE(wait_for_http_requests("Generate", "CANCELLED", 1));
+  EXPECT_TRUE(wait_for_http_requests("Complete", "CANCELLED", 1));
   EXPECT_EQ(http_requests("Generate", "CANCELLED"), 1);
   EXPECT_EQ(http_requests("Complete", "CANCELLED"), 1);
   // The instance serves the next request.

@@ -17,7 +17,8 @@
 // by several percent within a minute). Printed: the medians, and the range of
 // the 5 ratios.
 //
-// Run: build/release/bench/bench_engine [--benchmark_filter=...]
+// Run: build/release/bench/bench_engine [--isa=avx512] [--benchmark_filter=...]
+// (--isa: a lower kernel level than the machine's best, bench_support.h)
 // With HEARTH_WRITE_MODELS_TO=DIR the synthetic models are also written there
 // (to run another engine on exactly the same files).
 #include <benchmark/benchmark.h>
@@ -233,9 +234,10 @@ BENCHMARK_CAPTURE(BM_Model, b_q6_k, kShapeB, GgmlType::kQ6_K)
 
 int main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::warn);
+  const auto forced_isa = hearth::bench::take_isa_flag(argc, argv);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  std::printf("kernel ISA: %s\n", hearth::kernels::isa_name(hearth::kernels::best_isa()));
+  std::printf("kernel ISA: %s\n", hearth::kernels::isa_name(hearth::kernels::active_isa()));
   hearth::bench::stream_read_gbps(1);
   hearth::bench::stream_read_gbps(2);
   benchmark::RunSpecifiedBenchmarks();

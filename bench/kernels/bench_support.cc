@@ -10,6 +10,8 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <string>
+#include <string_view>
 #include <vector>
 
 #include "memory/streamed_buffer.h"
@@ -227,6 +229,41 @@ void print_summary() {
                 (std::to_string(threads) + " threads").c_str(), gbps);
   for (const Line& l : lines)
     std::printf("%-44s %-12s %s\n", l.what.c_str(), l.setting.c_str(), l.figures.c_str());
+}
+
+std::unique_ptr<kernels::ScopedIsa> take_isa_flag(int& argc, char** argv) {
+  constexpr std::string_view kFlag = "--isa=";
+  std::unique_ptr<kernels::ScopedIsa> forced;
+  int kept = 1;
+  for (int i = 1; i < argc; ++i) {
+    const std::string_view arg = argv[i];
+    if (!arg.starts_with(kFlag)) {
+      argv[kept++] = argv[i];
+      continue;
+    }
+    const std::string_view name = arg.substr(kFlag.size());
+    bool known = false;
+    for (kernels::Isa isa : {kernels::Isa::kScalar, kernels::Isa::kAvx2, kernels::Isa::kAvx512,
+                             kernels::Isa::kAvx512Vnni}) {
+      if (name != kernels::isa_name(isa)) continue;
+      known = true;
+      if (!kernels::isa_supported(isa)) {
+        std::fprintf(stderr, "--isa=%s: this machine does not support it (best: %s)\n",
+                     std::string(name).c_str(), kernels::isa_name(kernels::best_isa()));
+        std::exit(2);
+      }
+      forced.reset();  // the last flag wins
+      forced = std::make_unique<kernels::ScopedIsa>(isa);
+    }
+    if (!known) {
+      std::fprintf(stderr, "--isa=%s: unknown; one of scalar, avx2, avx512, avx512vnni\n",
+                   std::string(name).c_str());
+      std::exit(2);
+    }
+  }
+  argc = kept;
+  argv[argc] = nullptr;
+  return forced;
 }
 
 }  // namespace hearth::bench

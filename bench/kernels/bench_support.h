@@ -7,8 +7,10 @@
 
 #include <chrono>
 #include <cstddef>
+#include <memory>
 #include <string>
 
+#include "kernels/cpu_features.h"
 #include "kernels/thread_pool.h"
 
 namespace hearth::bench {
@@ -52,5 +54,12 @@ class Stopwatch {
 
 // Prints the summary lines (called by main after the benchmarks ran).
 void print_summary();
+
+// Takes `--isa=NAME` (scalar, avx2, avx512, avx512vnni) out of argv, before
+// Google Benchmark reads it, and forces the kernels onto that level for the
+// whole run (to measure a lower level's path on a machine that has a higher
+// one). nullptr without the flag; exits with status 2 and a message naming
+// the flag for an unknown or unsupported level.
+std::unique_ptr<kernels::ScopedIsa> take_isa_flag(int& argc, char** argv);
 
 }  // namespace hearth::bench

@@ -61,8 +61,8 @@ inline IVec q8_products(IVec acc, const Q8Unit& u, IVec x) {
   return _mm512_add_epi32(
       acc, _mm512_madd_epi16(_mm512_maddubs_epi16(u.abs_w, xs), _mm512_set1_epi16(1)));
 }
-constexpr std::size_t kQ4DecodePrefetchBlocks = 0;
-constexpr std::size_t kWideDecodePrefetchBlocks = 0;
+constexpr std::size_t kQ4DecodePrefetchBlocks = 8;
+constexpr std::size_t kWideDecodePrefetchBlocks = 4;
 
 #include "kernels/linear_tile_body.h"
 

@@ -79,6 +79,11 @@ usage: bench/server/batching.sh [options]
   --llama-kv q8_0|f16      its KV cache type (default q8_0, with -fa on)
   --llama-args "ARGS"      more llama-server flags
   --no-hearth              only llama-server (needs --llama-server)
+  --prefill-reference      also run bench_engine's prefill of the same shape, type and threads
+                           just before and just after hearth's levels, and print each level's
+                           aggregate as a share of it (default: on for the synthesized
+                           TinyLlama shape at 1 or 2 kernel threads when bench_engine is built)
+  --no-prefill-reference   skip it
   --run-timeout-s S        bound of one measured or warmup run (default 1800)
   --out FILE               also write the raw results (JSON lines) there
   -h, --help
@@ -113,6 +118,7 @@ llama_args=
 run_hearth=1
 run_timeout=1800
 out=
+prefill_ref=auto
 
 die() { echo "batching.sh: $*" >&2; exit 2; }
 need() { [ $# -ge 2 ] || die "$1 needs a value (see --help)"; }
@@ -144,6 +150,8 @@ while [ $# -gt 0 ]; do
     --llama-kv) need "$@"; llama_kv=$2; shift 2 ;;
     --llama-args) need "$@"; llama_args=$2; shift 2 ;;
     --no-hearth) run_hearth=0; shift ;;
+    --prefill-reference) prefill_ref=1; shift ;;
+    --no-prefill-reference) prefill_ref=0; shift ;;
     --run-timeout-s) need "$@"; run_timeout=$2; shift 2 ;;
     --out) need "$@"; out=$2; shift 2 ;;
     -h|--help) usage; exit 0 ;;
@@ -168,6 +176,20 @@ case "$llama_kv" in q8_0|f16) ;; *) die "--llama-kv: '$llama_kv' is not q8_0 or 
 for bin in server/hearth-server tools/hearth tools/hearth-model; do
   [ -x "$build/$bin" ] || die "$build/$bin is missing: build it (cmake --build $build --target hearth-server hearth hearth-model)"
 done
+# bench_engine's (b) models are the default synthesized shape, at 1 or 2 threads.
+if [ "$prefill_ref" != 0 ]; then
+  why=
+  [ -z "$model" ] && [ -z "$synth" ] || why="it has only the synthesized TinyLlama shape (no --model, --synth)"
+  [ "$kernel_threads" = 1 ] || [ "$kernel_threads" = 2 ] || why="it runs 1 or 2 threads only"
+  [ "$run_hearth" = 1 ] || why="hearth is not run"
+  [ -x "$build/bench/bench_engine" ] || why="$build/bench/bench_engine is missing (cmake --build $build --target bench_engine)"
+  if [ -n "$why" ]; then
+    [ "$prefill_ref" = auto ] || die "--prefill-reference: $why"
+    prefill_ref=0
+  else
+    prefill_ref=1
+  fi
+fi
 for n in $streams; do
   [ "$run_hearth" = 0 ] || [ "$n" -le "$instances" ] ||
     echo "batching.sh: note: $n streams > $instances instances: the rest wait in the queue" >&2
@@ -330,9 +352,27 @@ run_levels() {  # run_levels SERVER [N]: the plain and long runs of level N (all
   done
 }
 
+# --- bench_engine's prefill, the reference of the aggregate ----------------
+# prefill_tok_s: bench_engine's prefill tokens/s for this type at
+# $kernel_threads threads (its summary line), measured now.
+prefill_tok_s() {
+  local log=$work/bench_engine.log rate
+  bg "$build/bench/bench_engine" --benchmark_filter="^BM_Model/b_$type/$kernel_threads/" \
+    >"$log" 2>&1 || { tail -n 20 "$log" >&2; die "bench_engine failed"; }
+  rate=$(sed -n 's/^model b-tinyllama.* prefill \([0-9.]*\) tok\/s.*/\1/p' "$log" | head -n 1)
+  [ -n "$rate" ] || { tail -n 20 "$log" >&2; die "bench_engine printed no prefill figure"; }
+  printf '%s' "$rate"
+}
+prefill_before=
+prefill_after=
+
 # --- hearth ----------------------------------------------------------------
 hearth_desc="not run"
 if [ "$run_hearth" = 1 ]; then
+  if [ "$prefill_ref" = 1 ]; then
+    echo "batching.sh: bench_engine prefill (b_$type, $kernel_threads threads), before hearth's levels" >&2
+    prefill_before=$(prefill_tok_s) || exit 1
+  fi
   args=(--model bench="$model" --instances "$instances" --queue "$queue" --kernel-threads "$kernel_threads"
         --context "$ctx" --listen 127.0.0.1:0 --metrics-listen off)
   [ -z "$step_tokens" ] || args+=(--step-tokens "$step_tokens")
@@ -353,6 +393,10 @@ if [ "$run_hearth" = 1 ]; then
   case "$hearth_addr" in 127.0.0.1:*) ;; *) die "hearth-server listens on '$hearth_addr', not 127.0.0.1" ;; esac
   run_levels hearth
   stop_and_forget "$hearth_pid"
+  if [ "$prefill_ref" = 1 ]; then
+    echo "batching.sh: bench_engine prefill (b_$type, $kernel_threads threads), after hearth's levels" >&2
+    prefill_after=$(prefill_tok_s) || exit 1
+  fi
 fi
 
 # --- llama-server ----------------------------------------------------------
@@ -391,12 +435,15 @@ fi
 
 # --- the report ------------------------------------------------------------
 meta=$("$py" -c 'import json,sys; a=sys.argv
-print(json.dumps({"meta": {"title": a[1], "model": a[2], "prompt": a[3], "load": a[4], "hearth": a[5],
-  "llama-server": a[6], "long_prompt_tokens": a[7]}}))' \
+m = {"title": a[1], "model": a[2], "prompt": a[3], "load": a[4], "hearth": a[5],
+     "llama-server": a[6], "long_prompt_tokens": a[7]}
+if a[8]:
+    m["prefill_reference"] = {"before": float(a[8]), "after": float(a[9]), "threads": int(a[10])}
+print(json.dumps({"meta": m}))' \
   "$(nproc) cores, $(date -u +%Y-%m-%dT%H:%M:%SZ), load average at start $load1" "$model_desc" \
   "$prompt_words words = $prompt_ntok tokens (hearth's tokenizer, BOS included)$([ "$long_mode" = 1 ] && echo "; long: $long_words words = $long_ntok tokens, fraction $long_fraction of the long run, mix seed $mix_seed")" \
   "$max_tokens generated tokens per request (EOS ignored, greedy); requests per level $rps x streams (at least $min_requests)$([ "$long_mode" = 1 ] && echo ", long run $long_rps x streams"); warmup $warmup_ps x streams; $ctx KV positions per stream" \
-  "$hearth_desc" "$llama_desc" "$long_ntok")
+  "$hearth_desc" "$llama_desc" "$long_ntok" "$prefill_before" "$prefill_after" "$kernel_threads")
 { printf '%s\n' "$meta"; cat "$results"; } >"$work/all.jsonl"
 [ -z "$out" ] || cp "$work/all.jsonl" "$out"
 "$py" "$helper" report "$work/all.jsonl"

@@ -394,6 +394,14 @@ def cmd_report(a):
                          ratio(steady["p99"], single["itl_s"]["p50"])
                          if single and steady and steady.get("samples") else "n/a"])
         table(rows)
+        prefill = meta.get("prefill_reference")
+        if server == "hearth" and prefill:
+            reference = (prefill["before"] + prefill["after"]) / 2
+            print("  bench_engine prefill, same shape and type, %d threads: %.1f tok/s before these"
+                  " levels, %.1f after; aggregate as a share of their mean (%.1f):"
+                  % (prefill["threads"], prefill["before"], prefill["after"], reference))
+            print("  " + ", ".join("%d streams %.0f%%" % (r["streams"], 100 * r["tokens_per_s"] / reference)
+                                   for r in plain))
         for r in plain:
             if r.get("prompt_processed_tokens") and \
                     r["prompt_processed_tokens"] != r.get("prompt_tokens"):

@@ -80,9 +80,9 @@ usage: bench/server/batching.sh [options]
   --llama-args "ARGS"      more llama-server flags
   --no-hearth              only llama-server (needs --llama-server)
   --prefill-reference      also run bench_engine's prefill of the same shape, type and threads
-                           just before and just after hearth's levels, and print each level's
-                           aggregate as a share of it (default: on for the synthesized
-                           TinyLlama shape at 1 or 2 kernel threads when bench_engine is built)
+                           right after hearth's levels, and print each level's aggregate as a
+                           share of it (default: on for the synthesized TinyLlama shape at 1
+                           or 2 kernel threads when bench_engine is built)
   --no-prefill-reference   skip it
   --run-timeout-s S        bound of one measured or warmup run (default 1800)
   --out FILE               also write the raw results (JSON lines) there
@@ -363,16 +363,11 @@ prefill_tok_s() {
   [ -n "$rate" ] || { tail -n 20 "$log" >&2; die "bench_engine printed no prefill figure"; }
   printf '%s' "$rate"
 }
-prefill_before=
 prefill_after=
 
 # --- hearth ----------------------------------------------------------------
 hearth_desc="not run"
 if [ "$run_hearth" = 1 ]; then
-  if [ "$prefill_ref" = 1 ]; then
-    echo "batching.sh: bench_engine prefill (b_$type, $kernel_threads threads), before hearth's levels" >&2
-    prefill_before=$(prefill_tok_s) || exit 1
-  fi
   args=(--model bench="$model" --instances "$instances" --queue "$queue" --kernel-threads "$kernel_threads"
         --context "$ctx" --listen 127.0.0.1:0 --metrics-listen off)
   [ -z "$step_tokens" ] || args+=(--step-tokens "$step_tokens")
@@ -393,6 +388,9 @@ if [ "$run_hearth" = 1 ]; then
   case "$hearth_addr" in 127.0.0.1:*) ;; *) die "hearth-server listens on '$hearth_addr', not 127.0.0.1" ;; esac
   run_levels hearth
   stop_and_forget "$hearth_pid"
+  # After the levels, not before: a run just before the server started left
+  # the 1-stream level's ITL p99 at 48-52 ms against 22 without it (three
+  # runs each way, 2026-12-05), the machine still settling from it.
   if [ "$prefill_ref" = 1 ]; then
     echo "batching.sh: bench_engine prefill (b_$type, $kernel_threads threads), after hearth's levels" >&2
     prefill_after=$(prefill_tok_s) || exit 1
@@ -438,12 +436,12 @@ meta=$("$py" -c 'import json,sys; a=sys.argv
 m = {"title": a[1], "model": a[2], "prompt": a[3], "load": a[4], "hearth": a[5],
      "llama-server": a[6], "long_prompt_tokens": a[7]}
 if a[8]:
-    m["prefill_reference"] = {"before": float(a[8]), "after": float(a[9]), "threads": int(a[10])}
+    m["prefill_reference"] = {"tok_s": float(a[8]), "threads": int(a[9])}
 print(json.dumps({"meta": m}))' \
   "$(nproc) cores, $(date -u +%Y-%m-%dT%H:%M:%SZ), load average at start $load1" "$model_desc" \
   "$prompt_words words = $prompt_ntok tokens (hearth's tokenizer, BOS included)$([ "$long_mode" = 1 ] && echo "; long: $long_words words = $long_ntok tokens, fraction $long_fraction of the long run, mix seed $mix_seed")" \
   "$max_tokens generated tokens per request (EOS ignored, greedy); requests per level $rps x streams (at least $min_requests)$([ "$long_mode" = 1 ] && echo ", long run $long_rps x streams"); warmup $warmup_ps x streams; $ctx KV positions per stream" \
-  "$hearth_desc" "$llama_desc" "$long_ntok" "$prefill_before" "$prefill_after" "$kernel_threads")
+  "$hearth_desc" "$llama_desc" "$long_ntok" "$prefill_after" "$kernel_threads")
 { printf '%s\n' "$meta"; cat "$results"; } >"$work/all.jsonl"
 [ -z "$out" ] || cp "$work/all.jsonl" "$out"
 "$py" "$helper" report "$work/all.jsonl"

@@ -396,10 +396,9 @@ def cmd_report(a):
         table(rows)
         prefill = meta.get("prefill_reference")
         if server == "hearth" and prefill:
-            reference = (prefill["before"] + prefill["after"]) / 2
-            print("  bench_engine prefill, same shape and type, %d threads: %.1f tok/s before these"
-                  " levels, %.1f after; aggregate as a share of their mean (%.1f):"
-                  % (prefill["threads"], prefill["before"], prefill["after"], reference))
+            reference = prefill["tok_s"]
+            print("  bench_engine prefill, same shape and type, %d threads, right after these levels:"
+                  " %.1f tok/s; aggregate as a share of it:" % (prefill["threads"], reference))
             print("  " + ", ".join("%d streams %.0f%%" % (r["streams"], 100 * r["tokens_per_s"] / reference)
                                    for r in plain))
         for r in plain:

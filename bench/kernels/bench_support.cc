@@ -242,24 +242,19 @@ std::unique_ptr<kernels::ScopedIsa> take_isa_flag(int& argc, char** argv) {
       continue;
     }
     const std::string_view name = arg.substr(kFlag.size());
-    bool known = false;
-    for (kernels::Isa isa : {kernels::Isa::kScalar, kernels::Isa::kAvx2, kernels::Isa::kAvx512,
-                             kernels::Isa::kAvx512Vnni}) {
-      if (name != kernels::isa_name(isa)) continue;
-      known = true;
-      if (!kernels::isa_supported(isa)) {
-        std::fprintf(stderr, "--isa=%s: this machine does not support it (best: %s)\n",
-                     std::string(name).c_str(), kernels::isa_name(kernels::best_isa()));
-        std::exit(2);
-      }
-      forced.reset();  // the last flag wins
-      forced = std::make_unique<kernels::ScopedIsa>(isa);
-    }
-    if (!known) {
-      std::fprintf(stderr, "--isa=%s: unknown; one of scalar, avx2, avx512, avx512vnni\n",
-                   std::string(name).c_str());
+    const std::vector<kernels::Isa> levels = kernels::supported_isas();
+    const auto isa = std::find_if(levels.begin(), levels.end(),
+                                  [&](kernels::Isa l) { return name == kernels::isa_name(l); });
+    if (isa == levels.end()) {
+      std::string choices;
+      for (kernels::Isa l : levels)
+        choices += std::string(choices.empty() ? "" : ", ") + kernels::isa_name(l);
+      std::fprintf(stderr, "--isa=%s: not a level this machine runs; one of %s\n",
+                   std::string(name).c_str(), choices.c_str());
       std::exit(2);
     }
+    forced.reset();  // the last flag wins (a ScopedIsa restores the one before it)
+    forced = std::make_unique<kernels::ScopedIsa>(*isa);
   }
   argc = kept;
   argv[argc] = nullptr;

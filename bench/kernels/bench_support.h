@@ -59,7 +59,7 @@ void print_summary();
 // Google Benchmark reads it, and forces the kernels onto that level for the
 // whole run (to measure a lower level's path on a machine that has a higher
 // one). nullptr without the flag; exits with status 2 and a message naming
-// the flag for an unknown or unsupported level.
+// the flag and this machine's levels for any other name.
 std::unique_ptr<kernels::ScopedIsa> take_isa_flag(int& argc, char** argv);
 
 }  // namespace hearth::bench

@@ -7,6 +7,8 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <functional>
+#include <iostream>
 #include <string>
 #include <vector>
 
@@ -24,10 +26,27 @@ constexpr std::uint32_t kFiniteTokens = kUnderTsan ? 12 : 64;
 // A request that would run for many seconds (to the context limit) unless it
 // is cancelled or its deadline passes.
 constexpr std::uint32_t kEndlessTokens = 4000;
-// A deadline that passes while the request is queued / generating. (Only
-// its passing matters: the tests wait for the events it causes, never
-// against a clock.)
-const milliseconds kShortDeadline = kUnderSanitizer ? seconds(20) : seconds(3);
+// The first deadline tried for a request that must run out of time while it
+// is queued / generating. Only its passing matters: the tests wait for the
+// events it causes, never against a clock. A deadline that passed too early
+// (before the request was seen queued or generating: a slow or loaded
+// machine) is retried twice as long, up to patience(). A fixed long one
+// instead (20 s under the sanitizers) kept an endless generation burning
+// both cores of CI for most of each test.
+const milliseconds kFirstDeadline = seconds(3);
+
+// Runs attempt(deadline), doubling the deadline while attempt returns false
+// ("it passed before the state it must pass in was reached"). True once an
+// attempt returns true or the test has failed; false if even a deadline as
+// long as patience() passed too early.
+bool with_growing_deadline(const std::function<bool(milliseconds)>& attempt) {
+  for (milliseconds d = kFirstDeadline; d <= patience(); d *= 2) {
+    if (attempt(d) || ::testing::Test::HasFailure()) return true;
+    std::cout << "[scheduling] the " << d.count() << " ms deadline passed too early; doubling it"
+              << std::endl;
+  }
+  return false;
+}
 
 v1::GenerateRequest endless(const std::string& prompt) {
   v1::GenerateRequest r = make_request(kModel, prompt, kEndlessTokens);
@@ -182,16 +201,20 @@ TEST_F(ServerSingleInstanceTest, FullQueueRefusesWithAtCapacity) {
 TEST_F(ServerSingleInstanceTest, DeadlineWhileQueued) {
   OpenStream running(*stub_, endless("runs"));
   ASSERT_TRUE(running.wait_first_piece()) << status_text(running.finish());
-  OpenStream queued(*stub_, endless("waits"), kShortDeadline);
-  EXPECT_TRUE(
-      wait_until([](const auto& m) { return m.queue_depth() == 1; }, kShortDeadline, "queued"));
-  EXPECT_EQ(queued.finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
-      << status_text(queued.finish());
-  EXPECT_TRUE(queued.result().pieces.empty());
-  EXPECT_TRUE(queued.result().dones.empty());
-  // The expired request leaves the queue; it never takes the instance.
-  EXPECT_TRUE(wait_until([](const auto& m) { return m.queue_depth() == 0; }, patience(),
-                         "queue empty after the deadline"));
+  const bool tested = with_growing_deadline([&](milliseconds deadline) {
+    OpenStream queued(*stub_, endless("waits"), deadline);
+    const bool seen_queued =
+        wait_until([](const auto& m) { return m.queue_depth() == 1; }, deadline, "queued");
+    EXPECT_EQ(queued.finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
+        << status_text(queued.finish());
+    EXPECT_TRUE(queued.result().pieces.empty());
+    EXPECT_TRUE(queued.result().dones.empty());
+    // The expired request leaves the queue; it never takes the instance.
+    EXPECT_TRUE(wait_until([](const auto& m) { return m.queue_depth() == 0; }, patience(),
+                           "queue empty after the deadline"));
+    return seen_queued;
+  });
+  EXPECT_TRUE(tested) << "the request was never seen queued before its deadline";
   running.cancel();
   EXPECT_EQ(running.finish().error_code(), grpc::StatusCode::CANCELLED);
   EXPECT_TRUE(wait_until(is_idle, patience(), "idle"));
@@ -199,13 +222,17 @@ TEST_F(ServerSingleInstanceTest, DeadlineWhileQueued) {
 }
 
 TEST_F(ServerSingleInstanceTest, DeadlineWhileGenerating) {
-  OpenStream s(*stub_, endless("runs out of time"), kShortDeadline);
-  ASSERT_TRUE(s.wait_first_piece()) << status_text(s.finish());
-  EXPECT_EQ(s.finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
-      << status_text(s.finish());
-  EXPECT_TRUE(s.result().dones.empty()) << "no Done on a failed stream";
-  EXPECT_LT(s.result().ids().size(), kEndlessTokens);
-  EXPECT_TRUE(wait_until(is_idle, patience(), "idle after the deadline"));
+  const bool tested = with_growing_deadline([&](milliseconds deadline) {
+    OpenStream s(*stub_, endless("runs out of time"), deadline);
+    const bool generating = s.wait_first_piece();
+    EXPECT_EQ(s.finish().error_code(), grpc::StatusCode::DEADLINE_EXCEEDED)
+        << status_text(s.finish());
+    EXPECT_TRUE(s.result().dones.empty()) << "no Done on a failed stream";
+    EXPECT_LT(s.result().ids().size(), kEndlessTokens);
+    EXPECT_TRUE(wait_until(is_idle, patience(), "idle after the deadline"));
+    return generating;
+  });
+  EXPECT_TRUE(tested) << "no piece came before any deadline";
   expect_abandoned_request_stopped_and_next_runs();
 }
 
@@ -219,7 +246,7 @@ TEST_F(ServerSingleInstanceTest, CancellationFreesTheInstance) {
   // A cancelled Complete (unary) frees it too.
   {
     grpc::ClientContext ctx;
-    set_deadline(ctx, kShortDeadline);
+    set_deadline(ctx, kFirstDeadline);  // passing queued, prefilling or generating, it frees it
     v1::CompleteResponse resp;
     const grpc::Status st = stub_->Complete(&ctx, endless("complete runs out of time"), &resp);
     EXPECT_EQ(st.error_code(), grpc::StatusCode::DEADLINE_EXCEEDED) << status_text(st);

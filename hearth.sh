@@ -54,7 +54,9 @@ build() {
   say "configuring build/$preset (cmake --preset $preset)"
   cmake --preset "$preset" -G Ninja >/dev/null
   say "building build/$preset"
-  cmake --build "build/$preset" ${1:+--target "$@"}
+  # One compile job per core: ninja's default (cores + 1 here) ran three
+  # compilers on two cores, and each build took longer (docs/ci-time.md).
+  cmake --build "build/$preset" -j "$(nproc)" ${1:+--target "$@"}
 }
 
 # run_tests PRESET [CTEST ARGS...]; each run leaves a JUnit file that

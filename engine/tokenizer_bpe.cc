@@ -54,14 +54,14 @@ std::string byte_level_decode(std::string_view piece) {
   return out;
 }
 
-struct Symbol {
+struct BpeSymbol {
   std::int32_t id;  // token of the symbol's text, -1 if none (a byte with no token)
   std::int32_t prev;
   std::int32_t next;  // -1 at the ends
   bool alive;
 };
 
-struct Bigram {
+struct BpeBigram {
   std::int32_t rank;
   std::int32_t left;
   std::int32_t right;
@@ -71,8 +71,8 @@ struct Bigram {
 };
 
 // Lowest merge rank first; on ties the leftmost pair.
-struct BigramOrder {
-  bool operator()(const Bigram& a, const Bigram& b) const {
+struct BpeBigramOrder {
+  bool operator()(const BpeBigram& a, const BpeBigram& b) const {
     return a.rank > b.rank || (a.rank == b.rank && a.left > b.left);
   }
 };
@@ -146,8 +146,8 @@ absl::Status Tokenizer::encode_bpe(std::string_view fragment,
   std::vector<WordSpan> words;
   pre_tokenizer_->split(fragment, words);
 
-  std::vector<Symbol> symbols;
-  std::vector<Bigram> storage;
+  std::vector<BpeSymbol> symbols;
+  std::vector<BpeBigram> storage;
   std::string encoded;
   for (const WordSpan& w : words) {
     const std::string_view word = fragment.substr(w.begin, w.end - w.begin);
@@ -168,8 +168,8 @@ absl::Status Tokenizer::encode_bpe(std::string_view fragment,
                          i + 1 < word.size() ? index + 1 : -1, true});
     }
     storage.clear();
-    std::priority_queue<Bigram, std::vector<Bigram>, BigramOrder> queue(BigramOrder{},
-                                                                        std::move(storage));
+    std::priority_queue<BpeBigram, std::vector<BpeBigram>, BpeBigramOrder> queue(
+        BpeBigramOrder{}, std::move(storage));
     const auto try_add = [&](std::int32_t left, std::int32_t right) {
       if (left < 0 || right < 0) return;
       const std::int32_t lid = symbols[left].id;
@@ -183,10 +183,10 @@ absl::Status Tokenizer::encode_bpe(std::string_view fragment,
       try_add(static_cast<std::int32_t>(i - 1), static_cast<std::int32_t>(i));
     }
     while (!queue.empty()) {
-      const Bigram b = queue.top();
+      const BpeBigram b = queue.top();
       queue.pop();
-      Symbol& l = symbols[b.left];
-      Symbol& r = symbols[b.right];
+      BpeSymbol& l = symbols[b.left];
+      BpeSymbol& r = symbols[b.right];
       // A symbol's id only changes by growing, so unchanged ids on two
       // neighbours mean the pair is still current.
       if (!l.alive || !r.alive || l.next != b.right || l.id != b.left_id || r.id != b.right_id) {

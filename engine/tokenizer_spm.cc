@@ -28,14 +28,14 @@ int parse_byte_piece(std::string_view piece) {
   return value;
 }
 
-struct Symbol {
+struct SpmSymbol {
   std::size_t begin;   // in the escaped text
   std::size_t length;  // bytes; 0 once merged into its left neighbour
   std::int32_t prev;
   std::int32_t next;  // -1 at the ends
 };
 
-struct Bigram {
+struct SpmBigram {
   float score;  // of the merged piece
   std::int32_t left;
   std::int32_t right;
@@ -44,8 +44,8 @@ struct Bigram {
 
 // Highest score first; on ties the leftmost pair, so merging is deterministic
 // and matches the reference implementation.
-struct BigramOrder {
-  bool operator()(const Bigram& a, const Bigram& b) const {
+struct SpmBigramOrder {
+  bool operator()(const SpmBigram& a, const SpmBigram& b) const {
     return a.score < b.score || (a.score == b.score && a.left > b.left);
   }
 };
@@ -120,7 +120,7 @@ absl::Status Tokenizer::encode_spm(std::string_view fragment, bool space_prefix,
 
   // One symbol per character (an ill-formed UTF-8 sequence is one symbol too;
   // no piece matches it, so it falls back to byte tokens).
-  std::vector<Symbol> symbols;
+  std::vector<SpmSymbol> symbols;
   symbols.reserve(text.size());
   for (std::size_t pos = 0; pos < text.size();) {
     const std::size_t len = decode_utf8(text, pos).length;
@@ -129,11 +129,11 @@ absl::Status Tokenizer::encode_spm(std::string_view fragment, bool space_prefix,
     pos += len;
   }
 
-  std::priority_queue<Bigram, std::vector<Bigram>, BigramOrder> queue;
+  std::priority_queue<SpmBigram, std::vector<SpmBigram>, SpmBigramOrder> queue;
   const auto try_add = [&](std::int32_t left, std::int32_t right) {
     if (left < 0 || right < 0) return;
-    const Symbol& l = symbols[left];
-    const Symbol& r = symbols[right];
+    const SpmSymbol& l = symbols[left];
+    const SpmSymbol& r = symbols[right];
     const std::size_t length = l.length + r.length;  // the two are adjacent in `text`
     const std::int32_t id = lookup(std::string_view(text).substr(l.begin, length));
     if (id < 0) return;
@@ -143,10 +143,10 @@ absl::Status Tokenizer::encode_spm(std::string_view fragment, bool space_prefix,
     try_add(static_cast<std::int32_t>(i - 1), static_cast<std::int32_t>(i));
   }
   while (!queue.empty()) {
-    const Bigram b = queue.top();
+    const SpmBigram b = queue.top();
     queue.pop();
-    Symbol& l = symbols[b.left];
-    Symbol& r = symbols[b.right];
+    SpmSymbol& l = symbols[b.left];
+    SpmSymbol& r = symbols[b.right];
     // Either side changed since this pair was queued: it is stale.
     if (l.length == 0 || r.length == 0 || l.length + r.length != b.length) continue;
     l.length += r.length;
@@ -159,7 +159,7 @@ absl::Status Tokenizer::encode_spm(std::string_view fragment, bool space_prefix,
 
   if (symbols.empty()) return absl::OkStatus();
   for (std::int32_t i = 0; i >= 0; i = symbols[i].next) {
-    const Symbol& s = symbols[i];
+    const SpmSymbol& s = symbols[i];
     const std::string_view sym_text = std::string_view(text).substr(s.begin, s.length);
     if (const std::int32_t id = lookup(sym_text); id >= 0) {
       out.push_back(id);

@@ -22,7 +22,7 @@ grpc::Status to_grpc(const absl::Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
 }
 
-grpc::Status invalid(const std::string& message) {
+grpc::Status invalid_argument(const std::string& message) {
   return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message);
 }
 
@@ -323,7 +323,7 @@ grpc::Status InferenceService::answer_tokenize(grpc::ServerContext* context,
   options.parse_special = request->parse_special();
   const engine::Tokenizer& tok = (*pool)->tokenizer();
   absl::StatusOr<std::vector<std::int32_t>> ids = tok.encode(request->text(), options);
-  if (!ids.ok()) return invalid(str_cat("text: ", ids.status().message()));
+  if (!ids.ok()) return invalid_argument(str_cat("text: ", ids.status().message()));
   for (std::int32_t id : *ids) {
     response->add_token_ids(id);
     const std::string_view piece = tok.piece(id);
@@ -343,7 +343,7 @@ grpc::Status InferenceService::answer_detokenize(grpc::ServerContext* context,
   for (int i = 0; i < request->token_ids_size(); ++i) {
     const std::int32_t id = request->token_ids(i);
     if (id < 0 || id >= vocab)
-      return invalid(
+      return invalid_argument(
           str_cat("token_ids[", i, "]: ", id, " is outside the vocabulary [0, ", vocab, ")"));
   }
   const std::vector<std::int32_t> ids(request->token_ids().begin(), request->token_ids().end());

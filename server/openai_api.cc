@@ -10,14 +10,13 @@
 #include "engine/unicode.h"
 #include "hearth/v1/inference.pb.h"
 #include "nlohmann/json.hpp"
+#include "server/invalid_argument.h"
 #include "server/response_format.h"
 
 namespace hearth::server::openai {
 namespace {
 
 using Json = nlohmann::ordered_json;
-
-absl::Status invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
 
 // The field's value, or nullopt when absent or null (OpenAI's clients send
 // null for "not given").

@@ -8,15 +8,10 @@
 #include "engine/sequence.h"
 #include "memory/thread_temp_allocator.h"
 #include "server/chat_call.h"
+#include "server/invalid_argument.h"
 
 namespace hearth::server {
 namespace {
-
-absl::Status invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
-
-double seconds_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
 
 // Passes pieces on to the front end's sink and times the tokens for the
 // observer: time to first token from arrival, then token to token. Runs on

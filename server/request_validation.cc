@@ -7,12 +7,11 @@
 #include "base/str_cat.h"
 #include "engine/unicode.h"
 #include "server/chat_call.h"
+#include "server/invalid_argument.h"
 #include "server/response_format.h"
 
 namespace hearth::server {
 namespace {
-
-absl::Status invalid(const std::string& message) { return absl::InvalidArgumentError(message); }
 
 // Reads a base-128 varint at `pos`; false when truncated or longer than 10 bytes.
 bool read_varint(std::string_view b, std::size_t& pos, std::uint64_t& v) {

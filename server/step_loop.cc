@@ -9,10 +9,6 @@
 namespace hearth::server {
 namespace {
 
-double seconds_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
 // Pieces one step can hand a sink: the sampled token's, and the text held
 // back until the end when that token finishes the sequence.
 constexpr std::size_t kPiecesPerStep = 2;

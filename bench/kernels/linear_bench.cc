@@ -363,8 +363,9 @@ BENCHMARK_TEMPLATE(BM_PrefillGemm, Linear::Format::kQ8_0)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
 // The second row is BM_BatchedGemm's M=16 step with its 6.5 MB of weights
-// hot in L3: when it costs about as much as the cold one, the step waits on
-// its multiply-adds, not on DRAM, and prefetching cannot shorten it.
+// hot in L3: what it saves against the cold one is the DRAM time the step
+// does not hide (compare them in one process, with repetitions: the machine
+// drifts between runs).
 BENCHMARK_TEMPLATE(BM_PrefillGemm, Linear::Format::kQ4_0)
     ->ArgNames({"M", "n_out", "n_in", "threads", "aq"})
     ->Args({128, 4096, 4096, 2, 0})

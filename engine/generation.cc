@@ -12,9 +12,6 @@ namespace hearth::engine {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-double seconds(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
 
 }  // namespace
 
@@ -102,10 +99,10 @@ absl::StatusOr<GenerationResult> generate(Module& module, const Tokenizer& token
   result.finish = seq.finish();
   result.stats.prompt_tokens = result.prompt_ids.size();
   result.stats.generated_tokens = result.generated_ids.size();
-  result.stats.prefill_s = seconds(t_start, t_prefilled);
-  result.stats.time_to_first_token_s = sampled ? seconds(t_start, t_first) : 0;
-  result.stats.decode_s = result.generated_ids.empty() ? 0 : seconds(t_first, t_end);
-  result.stats.total_s = seconds(t_start, t_end);
+  result.stats.prefill_s = seconds_between(t_start, t_prefilled);
+  result.stats.time_to_first_token_s = sampled ? seconds_between(t_start, t_first) : 0;
+  result.stats.decode_s = result.generated_ids.empty() ? 0 : seconds_between(t_first, t_end);
+  result.stats.total_s = seconds_between(t_start, t_end);
   if (caching != nullptr) {
     const CachingAllocatorStats after = caching->stats();
     result.stats.temp_lookups = after.lookups - temp_before.lookups;

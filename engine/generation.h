@@ -12,6 +12,7 @@
 // a call.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <functional>
@@ -69,6 +70,13 @@ struct GenerationStats {
   std::uint64_t temp_lookups = 0, temp_hits = 0, temp_misses = 0;
   std::uint64_t temp_peak_bytes = 0;
 };
+
+// The seconds from a to b, as GenerationStats records them (and the server's
+// step loop its sequences' timings).
+inline double seconds_between(std::chrono::steady_clock::time_point a,
+                              std::chrono::steady_clock::time_point b) {
+  return std::chrono::duration<double>(b - a).count();
+}
 
 struct GenerationResult {
   std::vector<std::int32_t> prompt_ids;

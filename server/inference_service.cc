@@ -11,6 +11,7 @@
 #include "engine/unicode.h"
 #include "server/bearer_auth.h"
 #include "server/chat_call.h"
+#include "server/invalid_argument.h"
 #include "server/request_validation.h"
 
 namespace hearth::server {
@@ -20,10 +21,6 @@ using hearth::v1::FinishReason;
 
 grpc::Status to_grpc(const absl::Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
-}
-
-grpc::Status invalid_argument(const std::string& message) {
-  return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, message);
 }
 
 // The call's deadline on the steady clock (gRPC gives it on the system clock).
@@ -323,7 +320,7 @@ grpc::Status InferenceService::answer_tokenize(grpc::ServerContext* context,
   options.parse_special = request->parse_special();
   const engine::Tokenizer& tok = (*pool)->tokenizer();
   absl::StatusOr<std::vector<std::int32_t>> ids = tok.encode(request->text(), options);
-  if (!ids.ok()) return invalid_argument(str_cat("text: ", ids.status().message()));
+  if (!ids.ok()) return to_grpc(invalid(str_cat("text: ", ids.status().message())));
   for (std::int32_t id : *ids) {
     response->add_token_ids(id);
     const std::string_view piece = tok.piece(id);
@@ -343,8 +340,8 @@ grpc::Status InferenceService::answer_detokenize(grpc::ServerContext* context,
   for (int i = 0; i < request->token_ids_size(); ++i) {
     const std::int32_t id = request->token_ids(i);
     if (id < 0 || id >= vocab)
-      return invalid_argument(
-          str_cat("token_ids[", i, "]: ", id, " is outside the vocabulary [0, ", vocab, ")"));
+      return to_grpc(invalid(
+          str_cat("token_ids[", i, "]: ", id, " is outside the vocabulary [0, ", vocab, ")")));
   }
   const std::vector<std::int32_t> ids(request->token_ids().begin(), request->token_ids().end());
   response->set_text(tok.decode(ids));

@@ -27,9 +27,9 @@ class TimedSink final : public PieceSink {
     if (token >= 0) {
       const Clock::time_point now = Clock::now();
       if (tokens_ == 0) {
-        record_.time_to_first_token_s = seconds_between(record_.arrival, now);
+        record_.time_to_first_token_s = engine::seconds_between(record_.arrival, now);
       } else if (observer_ != nullptr) {
-        observer_->on_inter_token(record_.model, seconds_between(last_, now));
+        observer_->on_inter_token(record_.model, engine::seconds_between(last_, now));
       }
       last_ = now;
       ++tokens_;
@@ -77,7 +77,7 @@ RequestPath::RequestPath(ModelRegistry& registry, RequestPathOptions options,
 
 void RequestPath::finish(RequestRecord& record, const absl::Status& status) {
   record.code = status.code();
-  record.duration_s = seconds_between(record.arrival, Clock::now());
+  record.duration_s = engine::seconds_between(record.arrival, Clock::now());
   if (observer_ != nullptr) observer_->on_request_done(record);
 }
 
@@ -155,7 +155,7 @@ absl::StatusOr<std::unique_ptr<Admission>> RequestPath::admit_prompt(ModelPool& 
 
   absl::StatusOr<ModelPool::Lease> lease =
       pool.acquire(context.deadline, context.cancelled, request.prompt_ids);
-  record.queue_s = seconds_between(record.arrival, Clock::now());
+  record.queue_s = engine::seconds_between(record.arrival, Clock::now());
   if (!lease.ok()) return lease.status();
   return std::unique_ptr<Admission>(
       new Admission{pool, std::move(*lease), std::move(*sequence), call.reuse_prefix});
@@ -201,7 +201,7 @@ absl::StatusOr<GenerateOutcome> RequestPath::execute(std::unique_ptr<Admission> 
   out.decode_tokens_per_s = run->decode_s > 0 && out.generated_tokens > 1
                                 ? (out.generated_tokens - 1) / run->decode_s
                                 : 0;
-  out.total_s = seconds_between(record.arrival, Clock::now());
+  out.total_s = engine::seconds_between(record.arrival, Clock::now());
   return out;
 }
 

@@ -116,10 +116,10 @@ void StepLoop::retire(Active& a, RunResult::Ended ended, absl::Status status) {
   const Clock::time_point now = Clock::now();
   a.result.ended = ended;
   if (a.sampled) {
-    a.result.prefill_s = seconds_between(a.handed_over, a.first_token);
-    a.result.decode_s = seconds_between(a.first_token, now);
+    a.result.prefill_s = engine::seconds_between(a.handed_over, a.first_token);
+    a.result.decode_s = engine::seconds_between(a.first_token, now);
   } else {
-    a.result.prefill_s = seconds_between(a.handed_over, now);
+    a.result.prefill_s = engine::seconds_between(a.handed_over, now);
   }
   running_.fetch_sub(1, std::memory_order_relaxed);
   {
@@ -248,7 +248,7 @@ void StepLoop::loop() {
           if (l != nullptr && !a.sampled) {
             a.sampled = true;
             a.first_token = Clock::now();
-            a.result.time_to_first_token_s = seconds_between(a.handed_over, a.first_token);
+            a.result.time_to_first_token_s = engine::seconds_between(a.handed_over, a.first_token);
           }
         }
         if (!s.ok()) {  // this sequence ends with the error; the others go on
@@ -269,7 +269,7 @@ void StepLoop::loop() {
       }
     }
     if (observer_ != nullptr)
-      observer_->on_step(model_, inputs_.size(), rows, seconds_between(t0, Clock::now()));
+      observer_->on_step(model_, inputs_.size(), rows, engine::seconds_between(t0, Clock::now()));
 
     // 4. Finished sequences go back to their callers.
     std::size_t kv = 0;

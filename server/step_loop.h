@@ -61,11 +61,6 @@ namespace hearth::server {
 
 using Clock = std::chrono::steady_clock;
 
-// The seconds from a to b, as the metrics record them.
-inline double seconds_between(Clock::time_point a, Clock::time_point b) {
-  return std::chrono::duration<double>(b - a).count();
-}
-
 // How the loop learns that a call is over. Polled before every step, on the
 // loop's thread: must be thread-safe and cheap.
 struct CallContext {

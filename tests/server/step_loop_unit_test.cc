@@ -27,10 +27,22 @@ namespace {
 
 constexpr std::size_t kStreams = 4;
 
-// Records the widest step the loop ran.
+// Records the widest step the loop ran. Once given the model's loop, it
+// holds the loop after its first step until every stream has been handed
+// over, so the streams are stepped together however late a client thread
+// starts: without this hold, a busy machine could let one stream run far
+// ahead (or fill its sink) before the last one arrives.
 class WidestStep final : public StepObserver {
  public:
+  void hold_until_running(const StepLoop* loop, std::size_t sequences) {
+    held_for_ = sequences;
+    loop_.store(loop);
+  }
   void on_step(const std::string&, std::size_t sequences, std::size_t, double) override {
+    if (const StepLoop* loop = loop_.exchange(nullptr)) {
+      // An event, not a time: the loop thread waits for the last hand-over.
+      while (loop->running() < held_for_) std::this_thread::yield();
+    }
     std::size_t seen = widest_.load();
     while (sequences > seen && !widest_.compare_exchange_weak(seen, sequences)) {
     }
@@ -38,6 +50,8 @@ class WidestStep final : public StepObserver {
   std::size_t widest() const { return widest_.load(); }
 
  private:
+  std::atomic<const StepLoop*> loop_{nullptr};
+  std::size_t held_for_ = 0;  // written before loop_ is published
   std::atomic<std::size_t> widest_{0};
 };
 
@@ -77,6 +91,9 @@ TEST(StepLoopUnit, SteadyBatchedDecodeMakesNoHeapAllocationThroughTheRealLoop) {
   ModelRegistry registry({spec});
   WidestStep steps;
   ASSERT_TRUE(registry.load_all(nullptr, false, {}, &steps).ok());
+  absl::StatusOr<ModelPool*> pool = registry.find("demo");
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  steps.hold_until_running(&(*pool)->step_loop(), kStreams);
   RequestPath path(registry, RequestPathOptions{});
 
   // Writers and their fixed-size text buffers, made before counting.

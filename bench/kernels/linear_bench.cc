@@ -9,6 +9,9 @@
 // the quantized path on the best ISA against XNNPACK's f32 GEMM on the same
 // shape, and their ratio.
 //
+// The activation quantizer alone (BM_QuantizeActivations): millions of
+// 32-input blocks per second on one thread, per ISA.
+//
 // Iteration counts are fixed (~0.5 s each): Google Benchmark calls a
 // benchmark function several times while it searches for an iteration count,
 // and every call would add a summary line; with a fixed count there is one.
@@ -26,6 +29,7 @@
 #include "kernels/gguf_blocks.h"
 #include "kernels/gguf_kquants.h"
 #include "kernels/linear.h"
+#include "kernels/linear_impl.h"
 #include "memory/caching_allocator.h"
 
 namespace hearth::bench {
@@ -385,6 +389,50 @@ void k_quant_gemm_args(benchmark::internal::Benchmark* b) {
 BENCHMARK_TEMPLATE(BM_PrefillGemm, Linear::Format::kQ4_K)->Apply(k_quant_gemm_args);
 BENCHMARK_TEMPLATE(BM_PrefillGemm, Linear::Format::kQ5_K)->Apply(k_quant_gemm_args);
 BENCHMARK_TEMPLATE(BM_PrefillGemm, Linear::Format::kQ6_K)->Apply(k_quant_gemm_args);
+
+// The activation quantizer alone (one thread, inputs in L1/L2): M rows of
+// n_in floats into token tiles of `tile` tokens, per 32-input block, as a
+// Linear's forward runs it before every quantized matmul. A batched decode
+// step quantizes 8-16 rows four times per layer. Args: M, n_in, tile.
+template <kernels::Isa kIsa>
+void BM_QuantizeActivations(benchmark::State& state) {
+  if (!kernels::isa_supported(kIsa)) {
+    state.SkipWithError("ISA not supported here");
+    return;
+  }
+  const kernels::internal::QuantizeFn fn =
+      kIsa == kernels::Isa::kAvx512 ? kernels::internal::quantize_activations_avx512
+      : kIsa == kernels::Isa::kAvx2 ? kernels::internal::quantize_activations_avx2
+                                    : kernels::internal::quantize_activations_scalar;
+  const auto m = static_cast<std::size_t>(state.range(0));
+  const auto n_in = static_cast<std::size_t>(state.range(1));
+  const auto tile = static_cast<std::size_t>(state.range(2));
+  const std::size_t blocks = n_in / 32, tiles = (m + tile - 1) / tile;
+  const std::size_t stride = (tile * n_in + 63) / 64 * 64;
+  const std::vector<float> x = random_floats(m * n_in, 5);
+  std::vector<std::int8_t> q(tiles * stride);
+  std::vector<float> d(m * blocks);
+  std::vector<std::int32_t> bias(m * blocks), low_sum(m * blocks);
+  const kernels::internal::QuantizedActivations a{
+      q.data(), d.data(), bias.data(), low_sum.data(), m, blocks, tile, stride, false};
+  for (auto _ : state) {
+    fn(x.data(), 0, m, kernels::internal::kQ4Bias, a);
+    benchmark::DoNotOptimize(q.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["Mblocks"] = benchmark::Counter(static_cast<double>(m * blocks) / 1e6,
+                                                   benchmark::Counter::kIsIterationInvariantRate);
+}
+BENCHMARK_TEMPLATE(BM_QuantizeActivations, kernels::Isa::kAvx512)
+    ->ArgNames({"M", "n_in", "tile"})
+    ->Args({1, 2048, 1})
+    ->Args({16, 2048, 6})
+    ->Args({16, 5632, 6})
+    ->Iterations(4000);
+BENCHMARK_TEMPLATE(BM_QuantizeActivations, kernels::Isa::kAvx2)
+    ->ArgNames({"M", "n_in", "tile"})
+    ->Args({16, 2048, 8})
+    ->Iterations(4000);
 
 }  // namespace
 }  // namespace hearth::bench

@@ -63,15 +63,21 @@ std::shared_ptr<grpc::Channel> small_window_channel(const std::string& address) 
   return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
 }
 
+constexpr std::uint32_t kContext = 512;
+
 TEST(FaultTest, ClientThatStopsReadingHoldsOnlyItsOwnInstance) {
   ServerProcess server;
-  HEARTH_START_SERVER(server,
-                      server_args({"--instances", "2", "--queue", "8", "--kernel-threads", "1"}));
+  // A 512-position context: the stalled stream's writes block after about
+  // 130 pieces (measured: the small window, the transport's buffer and the
+  // PieceWriter's queue), far from its end, and the others need to generate
+  // only a little more than 512 tokens between them to prove it.
+  HEARTH_START_SERVER(server, server_args({"--instances", "2", "--queue", "8", "--kernel-threads",
+                                           "1", "--context", std::to_string(kContext)}));
   auto channel = plain_channel(server.grpc_address());
   auto stub = make_stub(channel);
 
-  // Opens a Generate that would run to the end of the context (2048 positions,
-  // thousands of pieces) and never reads it.
+  // Opens a Generate that would run to the end of the context (hundreds of
+  // pieces) and never reads it.
   auto stalled_channel = small_window_channel(server.grpc_address());
   auto stalled_stub = make_stub(stalled_channel);
   grpc::ClientContext stalled_ctx;
@@ -88,7 +94,8 @@ TEST(FaultTest, ClientThatStopsReadingHoldsOnlyItsOwnInstance) {
   // generating together more tokens than the stalled request would need to
   // reach the end of the context if its writes were not blocked.
   constexpr int kOthers = 6;
-  constexpr std::uint32_t kOtherTokens = 512;
+  constexpr std::uint32_t kOtherTokens = 96;
+  static_assert(kOthers * kOtherTokens > kContext);
   std::vector<std::uint32_t> instances;
   for (int i = 0; i < kOthers; ++i) {
     v1::GenerateRequest req = make_request(kDemo, "request " + std::to_string(i), kOtherTokens);
@@ -120,6 +127,9 @@ TEST(FaultTest, ClientThatStopsReadingHoldsOnlyItsOwnInstance) {
   const milliseconds prompt = kUnderSanitizer ? seconds(20) : seconds(2);
   EXPECT_TRUE(wait_until(*stub, kDemo, is_idle, prompt, "idle after the stalled client left"));
   const auto after = scrape(server);
+  // It stopped where its writes blocked, far from the end of its context.
+  EXPECT_LT(counter_sum(after, "hearth_generated_tokens_total", {}) - kOthers * kOtherTokens,
+            kContext / 2);
   // The server saw it end as CANCELLED (had it finished, it would have counted OK).
   EXPECT_EQ(
       counter_sum(after, "hearth_requests_total", {"code=\"CANCELLED\"", "method=\"Generate\""}),

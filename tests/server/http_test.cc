@@ -328,7 +328,7 @@ TEST_F(ServerHttpTest, DrainingAnswers503AndLetsTheOpenStreamFinish) {
   RawConnection stream(server_.http_address());
   ASSERT_TRUE(stream.post("/v1/completions", {{"model", "slow"},
                                               {"prompt", "finishing"},
-                                              {"max_tokens", kUnderTsan ? 24 : 64},
+                                              {"max_tokens", kUnderSanitizer ? 24 : 64},
                                               {"ignore_eos", true},
                                               {"stream", true}}));
   ASSERT_TRUE(stream.read_until("data: ")) << stream.received();

@@ -187,7 +187,7 @@ class ServerDrainTest : public ::testing::Test {
 TEST_F(ServerDrainTest, SigtermLetsOpenStreamsFinishAndRefusesNewWork) {
   // Long enough to still be running while the drain is checked, short
   // enough to finish well inside the grace period.
-  constexpr std::uint32_t kTokens = kUnderTsan ? 16 : 64;
+  constexpr std::uint32_t kTokens = kUnderSanitizer ? 16 : 64;
   start({"--instances", "2", "--grace-period-s", "120"});
   v1::GenerateRequest req = make_request(kSlow, "draining", kTokens);
   req.set_ignore_eos(true);

@@ -37,7 +37,7 @@ namespace {
 
 using kernels::Linear;
 
-constexpr std::size_t kRotateBytes = std::size_t{1} << 30;
+constexpr std::size_t kLinearRotateBytes = std::size_t{1} << 30;
 
 const char* format_name(Linear::Format f) {
   switch (f) {
@@ -118,7 +118,7 @@ std::vector<Linear>& rotating_copies(Linear::Format format, std::size_t n_out, s
     kernels::quantize_row_q4_0(w.data(), q4.data(), n_out * n_in);
   }
   std::size_t total = 0;
-  while (total < kRotateBytes + (kRotateBytes >> 3)) {
+  while (total < kLinearRotateBytes + (kLinearRotateBytes >> 3)) {
     absl::StatusOr<Linear> l = format == Linear::Format::kQ8_0
                                    ? Linear::from_q8_0(q8.data(), n_out, n_in)
                                    : Linear::from_q4_0(q4.data(), n_out, n_in);
@@ -421,7 +421,7 @@ void BM_QuantizeActivations(benchmark::State& state) {
     benchmark::ClobberMemory();
   }
   state.counters["Mblocks"] = benchmark::Counter(static_cast<double>(m * blocks) / 1e6,
-                                                   benchmark::Counter::kIsIterationInvariantRate);
+                                                 benchmark::Counter::kIsIterationInvariantRate);
 }
 BENCHMARK_TEMPLATE(BM_QuantizeActivations, kernels::Isa::kAvx512)
     ->ArgNames({"M", "n_in", "tile"})

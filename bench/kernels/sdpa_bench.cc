@@ -28,7 +28,7 @@ namespace hearth::bench {
 namespace {
 
 constexpr std::size_t kHeads = 32, kKvHeads = 8, kHeadDim = 128;
-constexpr std::size_t kRotateBytes = std::size_t{9} << 27;  // 1.125 GiB
+constexpr std::size_t kSdpaRotateBytes = std::size_t{9} << 27;  // 1.125 GiB
 
 // The caches of one (context, type), kept while consecutive benchmarks use them.
 struct Caches {
@@ -55,7 +55,7 @@ Caches& caches(std::size_t ctx, bool quantized) {
   const kernels::KvLayout layout{kKvHeads, kHeadDim, ctx};
   const std::size_t layer =
       quantized ? kernels::quantized_kv_bytes(layout) : kernels::float_kv_bytes(layout);
-  const std::size_t copies = (kRotateBytes + layer - 1) / layer;
+  const std::size_t copies = (kSdpaRotateBytes + layer - 1) / layer;
   c.memory = static_cast<std::byte*>(std::aligned_alloc(64, copies * layer));
   if (c.memory == nullptr) std::abort();
   // Fill one layer through kv_append, then copy it (also faults every page in).

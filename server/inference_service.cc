@@ -174,6 +174,7 @@ grpc::Status InferenceService::check_auth(const grpc::ServerContext& context) co
 grpc::Status InferenceService::run(grpc::ServerContext* context,
                                    const grpc::ByteBuffer& request_bytes, const char* method,
                                    GenerateStream* writer, hearth::v1::CompleteResponse* complete) {
+  CallsInFlight::Scope in_flight(calls_);
   RequestRecord record;
   record.method = method;
   auto finish = [&](grpc::Status status) {
@@ -253,6 +254,7 @@ grpc::Status InferenceService::run(grpc::ServerContext* context,
 
 grpc::Status InferenceService::observed(const char* method, const std::string& model,
                                         const std::function<grpc::Status()>& body) {
+  CallsInFlight::Scope in_flight(calls_);
   RequestRecord record;
   record.method = method;
   grpc::Status status = body();

@@ -26,6 +26,7 @@
 #include <string>
 
 #include "hearth/v1/inference.grpc.pb.h"
+#include "server/calls_in_flight.h"
 #include "server/model_registry.h"
 #include "server/piece_writer.h"
 #include "server/request_observer.h"
@@ -43,6 +44,10 @@ class InferenceService final : public hearth::v1::Inference::Service {
   // `path` (validation, admission, generation, records; shared with the
   // other front ends) outlives the service.
   InferenceService(RequestPath& path, ServiceOptions options);
+
+  // The hearth.v1 calls whose handlers are running (the drain waits for
+  // them before gRPC's Shutdown(): server/calls_in_flight.h).
+  CallsInFlight& calls_in_flight() { return calls_; }
 
   // Every method is registered with a raw-bytes request handler (see the
   // constructor): hearth parses requests itself, so one that gRPC's parser
@@ -93,6 +98,7 @@ class InferenceService final : public hearth::v1::Inference::Service {
   const ServiceOptions options_;
   RequestPath& path_;
   PieceWriterPool writers_;  // Generate streams' writer threads
+  CallsInFlight calls_;
 };
 
 // Fills `info` from the registry entry (and its pool's live counters).

@@ -2,6 +2,7 @@
 
 #include <fstream>
 #include <sstream>
+#include <thread>
 
 #include "base/status_macros.h"
 #include "base/str_cat.h"
@@ -12,6 +13,11 @@
 
 namespace hearth::server {
 namespace {
+
+// How long a drained server waits after its last handler returned before it
+// closes connections (see shutdown()): loopback and LAN round trips are
+// well under it, and it adds only this much to a SIGTERM.
+constexpr std::chrono::milliseconds kLastFramesSettle{100};
 
 absl::StatusOr<std::string> read_file(const std::string& path, const char* flag) {
   std::ifstream in(path, std::ios::binary);
@@ -145,10 +151,20 @@ bool HearthServer::shutdown() {
   registry_.drain_all();
   const auto grace = std::chrono::duration_cast<Clock::duration>(
       std::chrono::duration<double>(options_.grace_period_s));
-  const bool drained = registry_.wait_idle(Clock::now() + grace);
+  // Drained: every generation ended and every gRPC handler that was running
+  // returned (its last pieces and status written), so that no call ends
+  // after the GOAWAY (server/calls_in_flight.h says why that can lose it).
+  const Clock::time_point deadline = Clock::now() + grace;
+  const bool drained =
+      registry_.wait_idle(deadline) && service_.calls_in_flight().close_and_wait(deadline);
   if (!drained) {
-    spdlog::warn("grace period over: cancelling the generations still running");
+    spdlog::warn("grace period over: cancelling the generations and calls still running");
     path_.abort_all();
+  } else {
+    // The last statuses leave on gRPC's threads after their handlers return,
+    // and the clients answer them with flow-control frames: a pause lets
+    // both go by before Shutdown() closes the idle connections.
+    std::this_thread::sleep_for(kLastFramesSettle);
   }
   // Cancelled generations stop within one decode step; give the calls a
   // moment to send their final status before the transport closes.

@@ -1,16 +1,22 @@
 // The server's life: command-line refusals and startup failures (exit codes
 // 2 and 1, naming the flag / file / port), health and reflection once ready,
 // and the SIGTERM/SIGINT drain (health NOT_SERVING, new requests UNAVAILABLE,
-// open streams finish within the grace period or are cancelled after it, exit 0).
+// open streams finish within the grace period or are cancelled after it, exit 0;
+// in process, that it waits for a handler that has not returned).
 #include <gtest/gtest.h>
 #include <signal.h>
 
 #include <algorithm>
 #include <cctype>
+#include <condition_variable>
 #include <fstream>
+#include <mutex>
 #include <string>
+#include <thread>
 #include <vector>
 
+#include "kernels/thread_pool.h"
+#include "server/server.h"
 #include "tests/server/test_util.h"
 
 namespace hearth::testing {
@@ -241,6 +247,89 @@ TEST_F(ServerDrainTest, ShortGracePeriodCancelsOpenStreams) {
   // than the 4000 tokens asked for, checked above).
   EXPECT_GE(took, kGraceS) << "seconds from SIGTERM to the end of the stream";
   EXPECT_EQ(server_.wait_exit(patience()), std::optional<int>(0)) << server_.describe();
+}
+
+// Holds the first Generate call in its handler: the observer hears of a call
+// on the handler's thread after its generation ended and its last message
+// (Done) was written, before the handler returns and gRPC sends the status.
+class HoldFirstGenerate : public server::RequestObserver {
+ public:
+  void on_inter_token(const std::string&, double) override {}
+  void on_request_done(const server::RequestRecord& record) override {
+    if (record.method != "Generate") return;
+    std::unique_lock<std::mutex> lock(mu_);
+    if (held_) return;
+    held_ = true;
+    changed_.notify_all();
+    changed_.wait(lock, [&] { return released_; });
+  }
+  bool wait_held(milliseconds timeout) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return changed_.wait_for(lock, timeout, [&] { return held_; });
+  }
+  void release() {
+    std::lock_guard<std::mutex> lock(mu_);
+    released_ = true;
+    changed_.notify_all();
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable changed_;
+  bool held_ = false, released_ = false;
+};
+
+// The drain waits for the handlers that were running when it began before
+// gRPC's Shutdown() (server/calls_in_flight.h): a call whose generation has
+// ended but whose handler has not returned keeps the server answering, and
+// gets its status. In process, so that the test can hold that handler.
+TEST(ServerDrainInProcessTest, DrainWaitsForAHandlerThatHasNotReturned) {
+  HoldFirstGenerate hold;
+  server::ServerOptions options;
+  options.listen = "127.0.0.1:0";
+  server::ModelSpec demo;
+  demo.name = "demo";
+  demo.path = std::string(server::kDemoSource);
+  options.models = {demo};
+  options.grace_period_s = 600;  // the drain ends with the handler, long before
+  server::HearthServer srv(options, &hold);
+  const absl::StatusOr<int> port = srv.start();
+  ASSERT_TRUE(port.ok()) << port.status();
+  ASSERT_TRUE(srv.load(&kernels::default_thread_pool()).ok());
+  const std::string address = "127.0.0.1:" + std::to_string(*port);
+  auto stub = make_stub(plain_channel(address));
+  auto probe = make_stub(plain_channel(address));
+  v1::ModelInfo info;
+  ASSERT_TRUE(get_model(*probe, "demo", &info).ok()) << "the probe's connection";
+
+  StreamResult held;
+  std::thread client([&] { held = generate(*stub, make_request("demo", "Once upon", 4)); });
+  const bool was_held = hold.wait_held(patience());
+  EXPECT_TRUE(was_held) << "the Generate call never reached its end";
+  bool drained = false;
+  std::thread stopper([&] { drained = srv.shutdown(); });
+
+  // Once the model reports DRAINING, the server must still answer: on a
+  // connection it had, and on a new one.
+  grpc::Status s;
+  const auto deadline = Clock::now() + patience();
+  do {
+    s = get_model(*probe, "demo", &info);
+  } while (was_held && s.ok() && info.state() != v1::ModelInfo::STATE_DRAINING &&
+           Clock::now() < deadline);
+  EXPECT_TRUE(s.ok()) << "the server stopped answering while a call begun before the drain "
+                         "was still in its handler: "
+                      << status_text(s);
+  EXPECT_EQ(info.state(), v1::ModelInfo::STATE_DRAINING) << describe_model(info);
+  const grpc::Status fresh = get_model(*make_stub(plain_channel(address)), "demo", &info);
+  EXPECT_TRUE(fresh.ok()) << "a new connection was refused: " << status_text(fresh);
+
+  hold.release();
+  client.join();
+  stopper.join();
+  EXPECT_TRUE(held.status.ok()) << status_text(held.status);
+  EXPECT_EQ(held.dones.size(), 1u);
+  EXPECT_TRUE(drained) << "the drain ran out of its 600 s grace period";
 }
 
 TEST(ServerLifecycleTest, IdleServerExitsZeroOnSigtermAndSigint) {

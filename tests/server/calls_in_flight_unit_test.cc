@@ -1,7 +1,8 @@
 // CallsInFlight: the drain waits for the calls that entered before it began,
-// and neither for calls that entered after (a draining server refuses them)
-// nor past its deadline. Orderings are forced by scopes' lifetimes and joins,
-// never by sleeps; the waits that must succeed have no deadline that matters.
+// and neither for calls that entered after (a draining server refuses their
+// generations) nor past its deadline. Orderings are forced by scopes'
+// lifetimes and joins, never by sleeps; the waits that must succeed have no
+// deadline that matters.
 #include "server/calls_in_flight.h"
 
 #include <gtest/gtest.h>

@@ -1,5 +1,6 @@
 #include "kernels/cpu_features.h"
 
+#include <cpuid.h>
 #include <cpuinfo.h>
 #include <sched.h>
 
@@ -38,6 +39,21 @@ int linux_physical_cores() {
   return static_cast<int>(cores.size());
 }
 
+// CPUID's vendor and display family (base family, plus the extended family
+// when the base is 0xf).
+bool cpu_is_amd() {
+  unsigned eax, ebx, ecx, edx;
+  if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) == 0) return false;
+  // "AuthenticAMD" in ebx, edx, ecx.
+  return ebx == 0x68747541 && edx == 0x69746e65 && ecx == 0x444d4163;
+}
+int cpu_family() {
+  unsigned eax, ebx, ecx, edx;
+  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return 0;
+  const int base = static_cast<int>((eax >> 8) & 0xf);
+  return base == 0xf ? base + static_cast<int>((eax >> 20) & 0xff) : base;
+}
+
 CpuFeatures detect() {
   CpuFeatures f;
   __builtin_cpu_init();
@@ -53,6 +69,8 @@ CpuFeatures detect() {
   f.avx512vl = __builtin_cpu_supports("avx512vl");
   f.avx512dq = __builtin_cpu_supports("avx512dq");
   f.avx512vnni = __builtin_cpu_supports("avx512vnni");
+  f.amd = cpu_is_amd();
+  f.family = cpu_family();
   if (const int n = linux_physical_cores(); n > 0) {
     f.physical_cores = n;
   } else if (have_cpuinfo && cpuinfo_get_cores_count() > 0) {
@@ -66,6 +84,7 @@ CpuFeatures detect() {
 
 // -1: no override.
 std::atomic<int> forced_isa{-1};
+std::atomic<int> forced_decode_prefetch{-1};
 
 }  // namespace
 
@@ -141,5 +160,22 @@ ScopedIsa::ScopedIsa(Isa isa) : previous_(forced_isa.load()) {
 }
 
 ScopedIsa::~ScopedIsa() { forced_isa.store(previous_); }
+
+bool decode_prefetch_helps(bool amd, int family, Isa isa) {
+  return !(amd && family == 0x19 && isa >= Isa::kAvx512);
+}
+
+bool decode_prefetch() {
+  const int forced = forced_decode_prefetch.load(std::memory_order_relaxed);
+  if (forced >= 0) return forced != 0;
+  const CpuFeatures& f = cpu_features();
+  return decode_prefetch_helps(f.amd, f.family, active_isa());
+}
+
+ScopedDecodePrefetch::ScopedDecodePrefetch(bool on) : previous_(forced_decode_prefetch.load()) {
+  forced_decode_prefetch.store(on ? 1 : 0);
+}
+
+ScopedDecodePrefetch::~ScopedDecodePrefetch() { forced_decode_prefetch.store(previous_); }
 
 }  // namespace hearth::kernels

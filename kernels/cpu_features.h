@@ -3,7 +3,9 @@
 // Every kernel has a scalar reference and SIMD paths; which one runs is decided
 // here, from the features of the machine (never from its model name). The
 // features are read once. Tests and benchmarks may force any path that the
-// machine supports, to compare it with the scalar reference.
+// machine supports, to compare it with the scalar reference. One tuning
+// choice, which changes no result, is made from the CPU's vendor and family
+// instead: whether decode tiles prefetch their weights (decode_prefetch).
 #pragma once
 
 #include <vector>
@@ -24,7 +26,18 @@ struct CpuFeatures {
   bool avx2 = false, fma = false, f16c = false;
   bool avx512f = false, avx512bw = false, avx512vl = false, avx512dq = false, avx512vnni = false;
   int physical_cores = 1;
+  // CPUID's vendor and display family, for decode_prefetch_helps().
+  bool amd = false;
+  int family = 0;
 };
+
+// Whether the decode (one-token) tiles of kernels/linear_tile_body.h at
+// level `isa` should fetch their weight blocks ahead themselves: their
+// arithmetic per byte leaves the hardware prefetcher behind on the Zen 2
+// and Zen 5 machines of docs/performance.md, while on Zen 4 (AMD family
+// 0x19) the AVX-512 tiles decode 8-22% faster without. Zen 3, the same
+// family, has no AVX-512.
+bool decode_prefetch_helps(bool amd, int family, Isa isa);
 
 // Detected on first call; never changes afterwards.
 const CpuFeatures& cpu_features();
@@ -47,6 +60,24 @@ class ScopedIsa {
   ~ScopedIsa();
   ScopedIsa(const ScopedIsa&) = delete;
   ScopedIsa& operator=(const ScopedIsa&) = delete;
+
+ private:
+  int previous_;
+};
+
+// Whether decode tiles prefetch now: decode_prefetch_helps() for this CPU and
+// active_isa(), unless a ScopedDecodePrefetch is alive.
+bool decode_prefetch();
+
+// Forces decode_prefetch() to `on` for the scope's lifetime (tests, and
+// benchmarks comparing both settings in one process). Process-wide, like
+// ScopedIsa: create it only while no kernel runs on another thread.
+class ScopedDecodePrefetch {
+ public:
+  explicit ScopedDecodePrefetch(bool on);
+  ~ScopedDecodePrefetch();
+  ScopedDecodePrefetch(const ScopedDecodePrefetch&) = delete;
+  ScopedDecodePrefetch& operator=(const ScopedDecodePrefetch&) = delete;
 
  private:
   int previous_;

@@ -425,6 +425,7 @@ absl::Status Linear::quantize_input(const float* x, std::size_t m, MemoryAllocat
   a.tile_tokens = balanced_tile_tokens(m, k.tile_tokens);
   a.q_tile_stride = round_up(a.tile_tokens * n_in_, 64);
   a.per_token = aq == ActivationQuant::kPerToken;
+  a.decode_prefetch = decode_prefetch();
   const std::size_t tiles = (m + a.tile_tokens - 1) / a.tile_tokens;
   std::size_t q_bytes = 0, meta = 0;
   a.q = nullptr;

@@ -126,6 +126,9 @@ struct QuantizedActivations {
   std::size_t tile_tokens;    // TT
   std::size_t q_tile_stride;  // bytes, a multiple of 64, >= TT * n_in
   bool per_token;
+  // Whether one-token tiles fetch their weight blocks ahead themselves
+  // (kernels/cpu_features.h decode_prefetch(); the results are the same).
+  bool decode_prefetch = true;
 };
 
 // Where token t's values live in `a`: input k at q[(k / 4) * step + k % 4],

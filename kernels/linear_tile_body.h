@@ -26,7 +26,8 @@
 //   pair_products(acc, q0, x0, q1, x1)  acc + the int32 products of two
 //                                 steps of unsigned 6-bit q (Q6_K)
 //   kQ4DecodePrefetchBlocks      0, or how far ahead the decode tile
-//                                prefetches int4 blocks itself
+//                                prefetches int4 blocks itself (when
+//                                a.decode_prefetch)
 //   kWideDecodePrefetchBlocks    the same for Q5_K and Q6_K blocks
 //   kVectorRegisters             (simd_*.h) the ISA's vector registers
 
@@ -231,6 +232,7 @@ void tile_blocks(const PackedWeights& w, const QuantizedActivations& a, std::siz
 #pragma GCC unroll 8
   for (int h = 0; h < H; ++h) d_super[h] = dmin_super[h] = zero();
 
+  const bool prefetch_blocks = T == 1 && a.decode_prefetch;
   for (std::size_t b = 0; b < a.blocks; ++b) {
     prefetch_share(pf, b, pf_lines);
     load_super_scales<kF, H>(at.sp, gs, b, d_super, dmin_super);
@@ -240,7 +242,7 @@ void tile_blocks(const PackedWeights& w, const QuantizedActivations& a, std::siz
 #pragma GCC unroll 8
       for (int h = 0; h < H; ++h) acc[h][j] = block_start<kF>(bp + j);
     if constexpr (kNibbles) {
-      if constexpr (T == 1) prefetch_decode_blocks<G, kBlockBytes, kQ4DecodePrefetchBlocks>(wp, gs);
+      if (prefetch_blocks) prefetch_decode_blocks<G, kBlockBytes, kQ4DecodePrefetchBlocks>(wp, gs);
 #pragma GCC unroll 4
       for (int c = 0; c < 4; ++c) {
         IVec lo[H], hi[H];
@@ -402,10 +404,11 @@ void tile_wide(const PackedWeights& w, const QuantizedActivations& a, std::size_
 #pragma GCC unroll 8
   for (int h = 0; h < H; ++h) d_super[h] = dmin_super[h] = zero();
 
+  const bool prefetch_blocks = T == 1 && a.decode_prefetch;
   for (std::size_t b = 0; b < a.blocks; ++b) {
     prefetch_share(pf, b, pf_lines);
     load_super_scales<kF, H>(at.sp, gs, b, d_super, dmin_super);
-    if constexpr (T == 1) prefetch_decode_blocks<G, kBlockBytes, kWideDecodePrefetchBlocks>(wp, gs);
+    if (prefetch_blocks) prefetch_decode_blocks<G, kBlockBytes, kWideDecodePrefetchBlocks>(wp, gs);
     IVec lo_acc[H][T], hi_acc[H][T];
 #pragma GCC unroll 8
     for (int h = 0; h < H; ++h)

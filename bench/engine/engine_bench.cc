@@ -235,9 +235,12 @@ BENCHMARK_CAPTURE(BM_Model, b_q6_k, kShapeB, GgmlType::kQ6_K)
 int main(int argc, char** argv) {
   spdlog::set_level(spdlog::level::warn);
   const auto forced_isa = hearth::bench::take_isa_flag(argc, argv);
+  const auto forced_prefetch = hearth::bench::take_decode_prefetch_flag(argc, argv);
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
-  std::printf("kernel ISA: %s\n", hearth::kernels::isa_name(hearth::kernels::active_isa()));
+  std::printf("kernel ISA: %s; decode prefetch: %s\n",
+              hearth::kernels::isa_name(hearth::kernels::active_isa()),
+              hearth::kernels::decode_prefetch() ? "on" : "off");
   hearth::bench::stream_read_gbps(1);
   hearth::bench::stream_read_gbps(2);
   benchmark::RunSpecifiedBenchmarks();

@@ -10,6 +10,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -231,34 +232,53 @@ void print_summary() {
     std::printf("%-44s %-12s %s\n", l.what.c_str(), l.setting.c_str(), l.figures.c_str());
 }
 
-std::unique_ptr<kernels::ScopedIsa> take_isa_flag(int& argc, char** argv) {
-  constexpr std::string_view kFlag = "--isa=";
-  std::unique_ptr<kernels::ScopedIsa> forced;
+namespace {
+
+// Removes every `flag` + VALUE argument from argv (before Google Benchmark
+// reads it) and returns the last VALUE, or nullopt without one.
+std::optional<std::string> take_last_flag_value(int& argc, char** argv, std::string_view flag) {
+  std::optional<std::string> last;
   int kept = 1;
   for (int i = 1; i < argc; ++i) {
     const std::string_view arg = argv[i];
-    if (!arg.starts_with(kFlag)) {
+    if (arg.starts_with(flag)) {
+      last = std::string(arg.substr(flag.size()));
+    } else {
       argv[kept++] = argv[i];
-      continue;
     }
-    const std::string_view name = arg.substr(kFlag.size());
-    const std::vector<kernels::Isa> levels = kernels::supported_isas();
-    const auto isa = std::find_if(levels.begin(), levels.end(),
-                                  [&](kernels::Isa l) { return name == kernels::isa_name(l); });
-    if (isa == levels.end()) {
-      std::string choices;
-      for (kernels::Isa l : levels)
-        choices += std::string(choices.empty() ? "" : ", ") + kernels::isa_name(l);
-      std::fprintf(stderr, "--isa=%s: not a level this machine runs; one of %s\n",
-                   std::string(name).c_str(), choices.c_str());
-      std::exit(2);
-    }
-    forced.reset();  // the last flag wins (a ScopedIsa restores the one before it)
-    forced = std::make_unique<kernels::ScopedIsa>(*isa);
   }
   argc = kept;
   argv[argc] = nullptr;
-  return forced;
+  return last;
+}
+
+}  // namespace
+
+std::unique_ptr<kernels::ScopedIsa> take_isa_flag(int& argc, char** argv) {
+  const std::optional<std::string> name = take_last_flag_value(argc, argv, "--isa=");
+  if (!name) return nullptr;
+  const std::vector<kernels::Isa> levels = kernels::supported_isas();
+  const auto isa = std::find_if(levels.begin(), levels.end(),
+                                [&](kernels::Isa l) { return *name == kernels::isa_name(l); });
+  if (isa == levels.end()) {
+    std::string choices;
+    for (kernels::Isa l : levels)
+      choices += std::string(choices.empty() ? "" : ", ") + kernels::isa_name(l);
+    std::fprintf(stderr, "--isa=%s: not a level this machine runs; one of %s\n", name->c_str(),
+                 choices.c_str());
+    std::exit(2);
+  }
+  return std::make_unique<kernels::ScopedIsa>(*isa);
+}
+
+std::unique_ptr<kernels::ScopedDecodePrefetch> take_decode_prefetch_flag(int& argc, char** argv) {
+  const std::optional<std::string> value = take_last_flag_value(argc, argv, "--decode-prefetch=");
+  if (!value) return nullptr;
+  if (*value != "on" && *value != "off") {
+    std::fprintf(stderr, "--decode-prefetch=%s: expected on or off\n", value->c_str());
+    std::exit(2);
+  }
+  return std::make_unique<kernels::ScopedDecodePrefetch>(*value == "on");
 }
 
 }  // namespace hearth::bench

@@ -62,4 +62,9 @@ void print_summary();
 // the flag and this machine's levels for any other name.
 std::unique_ptr<kernels::ScopedIsa> take_isa_flag(int& argc, char** argv);
 
+// Takes `--decode-prefetch=on|off` out of argv the same way and forces
+// kernels::decode_prefetch() for the whole run (to compare both settings on
+// one machine); nullptr without the flag, exit status 2 for another value.
+std::unique_ptr<kernels::ScopedDecodePrefetch> take_decode_prefetch_flag(int& argc, char** argv);
+
 }  // namespace hearth::bench

@@ -355,6 +355,11 @@ TEST_P(LinearQuantized, EveryPathMatchesTheSpecificationOnOddShapes) {
     for (Isa isa : supported_isas()) {
       ScopedIsa forced(isa);
       expect_identical(run(*l, x, s.m, aq), scalar, what + " " + isa_name(isa) + " vs scalar");
+      if (s.m == 1) {  // the decode tiles, with the prefetch setting this machine does not pick
+        ScopedDecodePrefetch other(!decode_prefetch());
+        expect_identical(run(*l, x, s.m, aq), scalar,
+                         what + " " + isa_name(isa) + " decode prefetch flipped vs scalar");
+      }
     }
 
     // Against exact arithmetic on the same quantized values, the kernels

@@ -34,6 +34,37 @@ TEST(CpuFeatures, ScopedIsaForcesEachSupportedPathAndRestores) {
   EXPECT_EQ(active_isa(), best);
 }
 
+// The one choice made from the CPU's family: decode tiles prefetch their
+// weights everywhere but in the AVX-512 tiles on Zen 4 (AMD family 0x19).
+TEST(CpuFeatures, DecodePrefetchIsOffOnlyForZen4sAvx512Tiles) {
+  EXPECT_FALSE(decode_prefetch_helps(/*amd=*/true, 0x19, Isa::kAvx512Vnni));  // Zen 4
+  EXPECT_FALSE(decode_prefetch_helps(/*amd=*/true, 0x19, Isa::kAvx512));
+  EXPECT_TRUE(decode_prefetch_helps(/*amd=*/true, 0x19, Isa::kAvx2));  // Zen 4 forced, or Zen 3
+  EXPECT_TRUE(decode_prefetch_helps(/*amd=*/true, 0x1a, Isa::kAvx512Vnni));   // Zen 5
+  EXPECT_TRUE(decode_prefetch_helps(/*amd=*/true, 0x17, Isa::kAvx2));         // Zen 2
+  EXPECT_TRUE(decode_prefetch_helps(/*amd=*/false, 0x19, Isa::kAvx512Vnni));  // not AMD
+  EXPECT_TRUE(decode_prefetch_helps(/*amd=*/false, 6, Isa::kAvx512Vnni));     // Intel
+}
+
+TEST(CpuFeatures, DecodePrefetchFollowsTheActiveIsaAndScopedDecodePrefetch) {
+  const CpuFeatures& f = cpu_features();
+  for (Isa isa : supported_isas()) {
+    ScopedIsa forced(isa);
+    EXPECT_EQ(decode_prefetch(), decode_prefetch_helps(f.amd, f.family, isa)) << isa_name(isa);
+  }
+  const bool detected = decode_prefetch();
+  {
+    ScopedDecodePrefetch off(false);
+    EXPECT_FALSE(decode_prefetch());
+    {
+      ScopedDecodePrefetch on(true);
+      EXPECT_TRUE(decode_prefetch());
+    }
+    EXPECT_FALSE(decode_prefetch());
+  }
+  EXPECT_EQ(decode_prefetch(), detected);
+}
+
 // Every kernel family dispatches through PerIsaTables: a level without a
 // table of its own uses the nearest level below it that has one.
 TEST(CpuFeatures, PerIsaTablesFallBackToTheNearestLevelBelow) {

@@ -1,10 +1,10 @@
 #include "kernels/cpu_features.h"
 
-#include <cpuid.h>
 #include <cpuinfo.h>
 #include <sched.h>
 
 #include <atomic>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -39,19 +39,11 @@ int linux_physical_cores() {
   return static_cast<int>(cores.size());
 }
 
-// CPUID's vendor and display family (base family, plus the extended family
-// when the base is 0xf).
-bool cpu_is_amd() {
-  unsigned eax, ebx, ecx, edx;
-  if (__get_cpuid(0, &eax, &ebx, &ecx, &edx) == 0) return false;
-  // "AuthenticAMD" in ebx, edx, ecx.
-  return ebx == 0x68747541 && edx == 0x69746e65 && ecx == 0x444d4163;
-}
-int cpu_family() {
-  unsigned eax, ebx, ecx, edx;
-  if (__get_cpuid(1, &eax, &ebx, &ecx, &edx) == 0) return 0;
-  const int base = static_cast<int>((eax >> 8) & 0xf);
-  return base == 0xf ? base + static_cast<int>((eax >> 20) & 0xff) : base;
+// The display family of a CPUID leaf 1 EAX: the base family, plus the
+// extended family when the base is 0xf.
+int display_family(std::uint32_t leaf1_eax) {
+  const int base = static_cast<int>((leaf1_eax >> 8) & 0xf);
+  return base == 0xf ? base + static_cast<int>((leaf1_eax >> 20) & 0xff) : base;
 }
 
 CpuFeatures detect() {
@@ -69,8 +61,11 @@ CpuFeatures detect() {
   f.avx512vl = __builtin_cpu_supports("avx512vl");
   f.avx512dq = __builtin_cpu_supports("avx512dq");
   f.avx512vnni = __builtin_cpu_supports("avx512vnni");
-  f.amd = cpu_is_amd();
-  f.family = cpu_family();
+  if (have_cpuinfo && cpuinfo_get_cores_count() > 0) {
+    const cpuinfo_core* core = cpuinfo_get_core(0);
+    f.amd = core->vendor == cpuinfo_vendor_amd;
+    f.family = display_family(core->cpuid);
+  }
   if (const int n = linux_physical_cores(); n > 0) {
     f.physical_cores = n;
   } else if (have_cpuinfo && cpuinfo_get_cores_count() > 0) {

@@ -12,10 +12,14 @@
 // where llama.cpp puts it) and Q6_K, on 1 and 2 threads; prefill of a 128-token prompt.
 //
 // Each model runs 5 times (prefill, then 64 decode tokens); the streaming
-// bandwidth is measured again just before each decode, so every ratio
-// compares two figures of the same moment (a shared machine's bandwidth drifts
-// by several percent within a minute). Printed: the medians, and the range of
-// the 5 ratios.
+// bandwidth is measured again just before and just after each decode, and
+// the decode is held to the mean of the two, so every ratio compares figures
+// of the same moment (a shared machine's bandwidth drifts by several percent
+// within a minute, and some hosts switch between two levels, e.g. 35 and
+// 60 GB/s, for seconds at a time). A decode whose two reads differ by more
+// than kSteadyBandwidth ran while the bandwidth changed: its ratio is shown
+// in the range but left out of the median when any steady run exists.
+// Printed: the medians, the range of the 5 ratios and of the bandwidth.
 //
 // Run: build/release/bench/bench_engine [--isa=avx512] [--benchmark_filter=...]
 // (--isa: a lower kernel level than the machine's best, bench_support.h)
@@ -25,6 +29,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -105,6 +110,10 @@ Loaded& model(const Shape& s, GgmlType type, bool medium_mix) {
   return *slot;
 }
 
+// How far apart (a fraction of the lower) the reads before and after a
+// decode may be for that decode to count as run at one bandwidth.
+constexpr double kSteadyBandwidth = 0.10;
+
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
   const std::size_t n = v.size();
@@ -133,7 +142,7 @@ void BM_Model(benchmark::State& state, const Shape& shape, GgmlType type, bool m
   const double bytes_per_token =
       static_cast<double>(m.weights->packed_bytes()) +
       static_cast<double>(kernels::row_bytes(m.weights->embedding_type(), c.n_embd)) + kv_bytes;
-  std::vector<double> prefill_tps, decode_tps, rooflines;
+  std::vector<double> prefill_tps, decode_tps, rooflines, steady_rooflines, bandwidths;
   for (auto _ : state) {
     auto t0 = std::chrono::steady_clock::now();
     auto logits = mod.forward(prompt, 0);
@@ -145,8 +154,9 @@ void BM_Model(benchmark::State& state, const Shape& shape, GgmlType type, bool m
     std::int32_t one[1] = {next};
     logits = mod.forward(one, pos++);
     temp.reset();
-    // The bandwidth this iteration's decode is held to, measured just before it.
-    const double bw = stream_read_gbps_now(threads, 4) * 1e9;
+    // The bandwidth this iteration's decode is held to: read just before it
+    // and (below) just after it.
+    const double bw_before = stream_read_gbps_now(threads, 4);
     auto t2 = std::chrono::steady_clock::now();
     for (std::size_t i = 0; i < kDecodeTokens; ++i) {
       next = static_cast<std::int32_t>(std::max_element(logits->begin(), logits->end()) -
@@ -156,26 +166,33 @@ void BM_Model(benchmark::State& state, const Shape& shape, GgmlType type, bool m
       temp.reset();
     }
     auto t3 = std::chrono::steady_clock::now();
+    const double bw_after = stream_read_gbps_now(threads, 4);
     const double p = std::chrono::duration<double>(t1 - t0).count();
     const double d = std::chrono::duration<double>(t3 - t2).count();
     state.SetIterationTime(p + d);
     prefill_tps.push_back(static_cast<double>(kPromptTokens) / p);
     decode_tps.push_back(static_cast<double>(kDecodeTokens) / d);
-    rooflines.push_back(decode_tps.back() * bytes_per_token / bw);
+    const double bw = (bw_before + bw_after) / 2;
+    rooflines.push_back(decode_tps.back() * bytes_per_token / (bw * 1e9));
+    bandwidths.push_back(bw);
+    if (std::abs(bw_after - bw_before) <= kSteadyBandwidth * std::min(bw_before, bw_after))
+      steady_rooflines.push_back(rooflines.back());
   }
-  // Medians over the iterations; the roofline's range shows the spread.
+  // Medians over the iterations (the roofline's over the steady ones, if
+  // any); the ranges show the spread.
   const double prefill = median(prefill_tps), decode = median(decode_tps),
-               roofline = median(rooflines);
+               roofline = median(steady_rooflines.empty() ? rooflines : steady_rooflines);
   const auto [lo, hi] = std::minmax_element(rooflines.begin(), rooflines.end());
+  const auto [bw_lo, bw_hi] = std::minmax_element(bandwidths.begin(), bandwidths.end());
   state.counters["prefill_tok_s"] = prefill;
   state.counters["decode_tok_s"] = decode;
   state.counters["roofline"] = roofline;
-  char fig[200];
+  char fig[240];
   std::snprintf(fig, sizeof fig,
                 "prefill %.1f tok/s | decode %.2f tok/s = %.0f%% of roofline (%zu runs: "
-                "%.0f-%.0f%%; %.2f GB/token)",
+                "%.0f-%.0f%%, %zu steady; bandwidth %.0f-%.0f GB/s; %.2f GB/token)",
                 prefill, decode, 100 * roofline, rooflines.size(), 100 * *lo, 100 * *hi,
-                bytes_per_token / 1e9);
+                steady_rooflines.size(), *bw_lo, *bw_hi, bytes_per_token / 1e9);
   summary(std::string("model ") + shape.name + " " + weights_name(type, medium_mix),
           std::to_string(threads) + " thread" + (threads == 1 ? "" : "s"), fig);
 }

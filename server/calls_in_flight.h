@@ -10,8 +10,13 @@
 // began to return, and for their last frames to leave, before Shutdown():
 // then no stream is left to end after the GOAWAY.
 //
+// The HTTP front end counts its generation responses with it as well, from
+// the handler's start to httplib's logger (begin() / end(): not one C++
+// scope), and waits for them without closing (wait_for_none()).
+//
 // Thread safety: every method may be called from any thread (one mutex).
-// Owner: the front end whose handlers it counts (InferenceService).
+// Owner: the front end whose handlers it counts (InferenceService,
+// HttpFrontEnd).
 #pragma once
 
 #include <chrono>
@@ -37,8 +42,15 @@ class CallsInFlight {
     bool counted_;
   };
 
+  // Counts one call until end(), unless close_and_wait() has begun; returns
+  // whether it was counted (only a counted call may call end()).
+  bool begin();
+  void end();
   // The counted calls still running.
   std::size_t count() const;
+  // Waits for the counted calls to return, still counting new ones: true
+  // once none is left, false if `deadline` comes first.
+  bool wait_for_none(std::chrono::steady_clock::time_point deadline);
   // Stops counting new calls (a draining server refuses their generations at
   // once, and a client retrying in a loop must not hold the drain up), then
   // waits for the counted ones to return: true once none is left, false if

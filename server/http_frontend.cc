@@ -179,17 +179,12 @@ namespace {
 thread_local bool t_response_counted = false;  // see HttpFrontEnd::response_begins
 }  // namespace
 
-void HttpFrontEnd::response_begins() {
-  std::lock_guard lock(responses_mu_);
-  ++responses_;
-  t_response_counted = true;
-}
+void HttpFrontEnd::response_begins() { t_response_counted = responses_.begin(); }
 
 void HttpFrontEnd::response_written() {
   if (!t_response_counted) return;
   t_response_counted = false;
-  std::lock_guard lock(responses_mu_);
-  if (--responses_ == 0) responses_done_.notify_all();
+  responses_.end();
 }
 
 absl::StatusOr<int> HttpFrontEnd::start() {
@@ -279,10 +274,7 @@ absl::StatusOr<int> HttpFrontEnd::start() {
 
 void HttpFrontEnd::stop() {
   if (server_ == nullptr) return;
-  {
-    std::unique_lock lock(responses_mu_);
-    responses_done_.wait_for(lock, kResponsesGrace, [this] { return responses_ == 0; });
-  }
+  responses_.wait_for_none(std::chrono::steady_clock::now() + kResponsesGrace);
   server_->stop();
   // httplib 0.11 lets an idle keep-alive connection wait out its timeout
   // before its thread sees the stop; ending the reading side of every

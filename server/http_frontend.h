@@ -27,15 +27,14 @@
 #pragma once
 
 #include <atomic>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <string>
 #include <thread>
 
 #include "absl/status/statusor.h"
+#include "server/calls_in_flight.h"
 #include "server/piece_writer.h"
 #include "server/request_path.h"
 
@@ -118,9 +117,7 @@ class HttpFrontEnd {
   int port_ = 0;        // bound by start()
   std::thread thread_;  // runs httplib's accept loop
   PieceWriterPool writers_;
-  std::mutex responses_mu_;
-  std::condition_variable responses_done_;  // signalled when responses_ drops to 0
-  int responses_ = 0;                       // guarded by responses_mu_
+  CallsInFlight responses_;  // see response_begins()
 };
 
 }  // namespace hearth::server

@@ -51,6 +51,28 @@ TEST(CallsInFlightUnit, CallsEnteringAfterTheDrainBeganAreNotWaitedFor) {
   EXPECT_TRUE(calls.close_and_wait(kPast)) << "the later call must not hold the drain";
 }
 
+// The HTTP front end's responses: counted from begin() to end(), not one
+// scope, and waited for without closing (wait_for_none).
+TEST(CallsInFlightUnit, WaitForNoneKeepsCountingCallsThatBeginWhileItWaits) {
+  CallsInFlight calls;
+  ASSERT_TRUE(calls.begin());
+  EXPECT_FALSE(calls.wait_for_none(kPast));
+  ASSERT_TRUE(calls.begin()) << "wait_for_none must not close";
+  EXPECT_EQ(calls.count(), 2u);
+  calls.end();
+  EXPECT_FALSE(calls.wait_for_none(kPast)) << "the call that began later still runs";
+  calls.end();
+  EXPECT_EQ(calls.count(), 0u);
+  EXPECT_TRUE(calls.wait_for_none(kPast));
+}
+
+TEST(CallsInFlightUnit, BeginAfterCloseIsNotCounted) {
+  CallsInFlight calls;
+  ASSERT_TRUE(calls.close_and_wait(kPast));
+  EXPECT_FALSE(calls.begin());
+  EXPECT_EQ(calls.count(), 0u);
+}
+
 TEST(CallsInFlightUnit, WaitReturnsWhenTheLastEarlierCallReturnsOnAnotherThread) {
   CallsInFlight calls;
   constexpr int kThreads = 4;

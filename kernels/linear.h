@@ -26,8 +26,9 @@
 //   kPerGroup32: acc = fma(dmin * m_b, d_x[b] * s_b, acc)
 //   kPerToken:   acc = fma(dmin * m_b, s_b, acc)
 // Q6_K (w = d * sc_k * (q - 32), a scale per 16 inputs) splits each block in
-// its two halves h, each with its exact dot_h = sum (q - 32) q_x and scale
-// d * sc_h, accumulated low half first as above (two fmas per block).
+// its two halves h, each with its exact dot_h = sum (q - 32) q_x, and takes
+// dot_b = dot_lo * sc_lo + dot_hi * sc_hi (exact in int32, |dot_b| < 2^24)
+// with d_w[b] = d, accumulated as above (one fma per block).
 // Every ISA path (scalar, AVX2, AVX-512, AVX-512 VNNI) computes exactly these
 // operations in exactly this order, and threads split outputs, never the sum,
 // so every path and every thread count give bit-identical results: a model's

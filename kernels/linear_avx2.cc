@@ -114,9 +114,10 @@ void half_tile(const PackedWeights& w, const QuantizedActivations& a, std::size_
         u[c + 4] = high_nibbles(raw);
       }
     }
-    [[maybe_unused]] Vec dw, dmin, d_lo, d_hi;  // Q6_K: d * sc of the low and high 16 inputs
+    [[maybe_unused]] Vec dw, dmin;
+    [[maybe_unused]] IVec sc_lo, sc_hi;  // Q6_K: the sc of the low and high 16 inputs
     if constexpr (kF == WeightFormat::kQ6_K) {
-      q6_k_scales(sp, half, b, d_lo, d_hi);
+      q6_k_scales(sp, half, b, dw, sc_lo, sc_hi);
     } else {
       unit_scales<kF>(sp, static_cast<int>(half), b, d_super[0], dmin_super[0], dw, dmin);
     }
@@ -132,7 +133,7 @@ void half_tile(const PackedWeights& w, const QuantizedActivations& a, std::size_
                                          widen(_mm256_add_epi16(p[2], p[3])));
         const IVec hi = _mm256_add_epi32(widen(_mm256_add_epi16(p[4], p[5])),
                                          widen(_mm256_add_epi16(p[6], p[7])));
-        facc[j] = finish_q6_k<kPerToken>(lo, hi, d_lo, d_hi, bp + j, lp + j, dp + j, facc[j]);
+        facc[j] = finish_q6_k<kPerToken>(lo, hi, dw, sc_lo, sc_hi, bp + j, lp + j, dp + j, facc[j]);
         continue;
       }
       const IVec lo16 =

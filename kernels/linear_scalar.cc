@@ -118,8 +118,8 @@ void matmul(const PackedWeights& w, const QuantizedActivations& a, std::size_t g
 }
 
 // Q6_K: per block, the low and the high 16 inputs' dot products, each less
-// 32 times its codes' sum (C = 1: bias = -sum), each with its own scale
-// d * sc (kernels/linear_impl.h), low half first.
+// 32 times its codes' sum (C = 1: bias = -sum), times its own int8 sc and
+// summed in int32 (exact), then scaled by d (kernels/linear_impl.h).
 void matmul_q6_k(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0,
                  std::size_t g1, std::size_t t0, std::size_t t1, float* y, std::size_t ldy) {
   for_each_block(w, a, g0, g1, t0, t1, y, ldy,
@@ -129,7 +129,7 @@ void matmul_q6_k(const PackedWeights& w, const QuantizedActivations& a, std::siz
                    const std::uint8_t* sb = scales + (b / kBlocksPerSuper) * kQ6KSuperScaleBytes;
                    const std::size_t sub = 2 * (b % kBlocksPerSuper);
                    auto sc = [&](std::size_t k, std::size_t r) {
-                     return static_cast<float>(
+                     return static_cast<std::int32_t>(
                          static_cast<std::int8_t>(sb[kQ6KScOffset + kGroupRows * k + r]));
                    };
                    for (std::size_t r = 0; r < kGroupRows; ++r) {
@@ -142,8 +142,8 @@ void matmul_q6_k(const PackedWeights& w, const QuantizedActivations& a, std::siz
                          lo += ((nib & 0x0f) | top_lo << 4) * in.x(4 * c + k);
                          hi += ((nib >> 4) | top_hi << 4) * in.x(16 + 4 * c + k);
                        }
-                     const float d = f16_at(sb + 2 * r);
-                     acc[r] = in.add(in.add(acc[r], lo, d * sc(sub, r)), hi, d * sc(sub + 1, r));
+                     acc[r] =
+                         in.add(acc[r], lo * sc(sub, r) + hi * sc(sub + 1, r), f16_at(sb + 2 * r));
                    }
                  });
 }

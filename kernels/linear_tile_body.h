@@ -338,34 +338,39 @@ inline __attribute__((always_inline)) void wide_steps(const std::uint8_t* u, IVe
   }
 }
 
-// Q6_K's sub-block scales d * sc of block b's two halves, for unit u of the
-// group whose scales (this super-block's) start at unit_sp.
+// Q6_K's scales of block b for unit u of the group whose scales (this
+// super-block's) start at unit_sp: the rows' d, and the int8 sc of the
+// block's two halves (sub-blocks of 16) as int32 lanes.
 inline __attribute__((always_inline)) void q6_k_scales(const std::uint8_t* unit_sp, std::size_t u,
-                                                       std::size_t b, Vec& d_lo, Vec& d_hi) {
+                                                       std::size_t b, Vec& d, IVec& sc_lo,
+                                                       IVec& sc_hi) {
   const std::size_t sub = 2 * (b % kBlocksPerSuper);  // the low half's sub-block of 16
-  const Vec d = load_f16_aligned(unit_sp + 2 * kLanes * u);
+  d = load_f16_aligned(unit_sp + 2 * kLanes * u);
   const auto* sc = reinterpret_cast<const std::int8_t*>(unit_sp + kQ6KScOffset + kLanes * u);
-  d_lo = mul(d, load_i8(sc + kGroupRows * sub));
-  d_hi = mul(d, load_i8(sc + kGroupRows * (sub + 1)));
+  sc_lo = load_i8_int(sc + kGroupRows * sub);
+  sc_hi = load_i8_int(sc + kGroupRows * (sub + 1));
 }
 
-// Q6_K's end of a block for one (unit, token): each half's dot product less
-// 32 times its codes' sum (kQ6KBias: bias = -(low + high); *lp the low
-// half's), times its sub-block's scale (and, per block, the token's *dp).
-template <bool kPerToken>
-inline __attribute__((always_inline)) Vec finish_q6_k(IVec lo_acc, IVec hi_acc, Vec d_lo, Vec d_hi,
-                                                      const std::int32_t* bp,
+// Q6_K's -32 offsets of a block's low and high half for one token: 32
+// times its codes' sums (kQ6KBias: bias = -(low + high); *lp the low half's).
+inline std::int32_t q6_k_low_offset(const std::int32_t* lp) { return -32 * *lp; }
+inline std::int32_t q6_k_high_offset(const std::int32_t* bp, const std::int32_t* lp) {
+  return 32 * (*bp + *lp);
+}
+
+// Q6_K's end of a block for one (unit, token): each half's dot product (with
+// its offset added here unless kOffsetsAdded) times its sc, summed in int32
+// (exact: at most 2 x 16 x 32 x 127 x 128 < 2^24), then one fma with d
+// (and, per block, the token's *dp).
+template <bool kPerToken, bool kOffsetsAdded = false>
+inline __attribute__((always_inline)) Vec finish_q6_k(IVec lo_acc, IVec hi_acc, Vec d, IVec sc_lo,
+                                                      IVec sc_hi, const std::int32_t* bp,
                                                       const std::int32_t* lp, const float* dp,
                                                       Vec facc) {
-  const Vec f_lo = to_float(add_int(lo_acc, set1_int(-32 * *lp)));
-  const Vec f_hi = to_float(add_int(hi_acc, set1_int(32 * (*bp + *lp))));
-  if constexpr (kPerToken) {
-    facc = fmadd(f_lo, d_lo, facc);
-    return fmadd(f_hi, d_hi, facc);
-  }
-  const Vec dx = set1(*dp);
-  facc = fmadd(f_lo, mul(d_lo, dx), facc);
-  return fmadd(f_hi, mul(d_hi, dx), facc);
+  const IVec lo = kOffsetsAdded ? lo_acc : add_int(lo_acc, set1_int(q6_k_low_offset(lp)));
+  const IVec hi = kOffsetsAdded ? hi_acc : add_int(hi_acc, set1_int(q6_k_high_offset(bp, lp)));
+  const Vec dot = to_float(add_int(mul_int(lo, sc_lo), mul_int(hi, sc_hi)));
+  return fmadd(dot, kPerToken ? d : mul(d, set1(*dp)), facc);
 }
 
 // Q5_K and Q6_K: row groups [g, g + G) x tokens [j0, j0 + T) of token tile
@@ -410,10 +415,20 @@ void tile_wide(const PackedWeights& w, const QuantizedActivations& a, std::size_
     load_super_scales<kF, H>(at.sp, gs, b, d_super, dmin_super);
     if (prefetch_blocks) prefetch_decode_blocks<G, kBlockBytes, kWideDecodePrefetchBlocks>(wp, gs);
     IVec lo_acc[H][T], hi_acc[H][T];
+    // Q6_K's halves start at their -32 offsets in the GEMM tiles, and get
+    // them at the end in the decode tile: each order measured faster where
+    // it is used (docs/performance.md); the sums are the same integers.
+    constexpr bool kOffsetsFirst = kSix && T > 1;
 #pragma GCC unroll 8
-    for (int h = 0; h < H; ++h)
+    for (int j = 0; j < T; ++j) {
+      const IVec lo_start = set1_int(kOffsetsFirst ? q6_k_low_offset(lp + j) : 0);
+      const IVec hi_start = set1_int(kOffsetsFirst ? q6_k_high_offset(bp + j, lp + j) : 0);
 #pragma GCC unroll 8
-      for (int j = 0; j < T; ++j) lo_acc[h][j] = hi_acc[h][j] = set1_int(0);
+      for (int h = 0; h < H; ++h) {
+        lo_acc[h][j] = lo_start;
+        hi_acc[h][j] = hi_start;
+      }
+    }
     // Steps c and c + 1 together: the maddubs cores sum their int16 pairs
     // before widening (2 x 2 x 63 x 127 < 32768).
     auto steps = [&]<int C>() {
@@ -451,12 +466,14 @@ void tile_wide(const PackedWeights& w, const QuantizedActivations& a, std::size_
     if constexpr (kSix) {
 #pragma GCC unroll 8
       for (int h = 0; h < H; ++h) {
-        Vec d_lo, d_hi;
-        q6_k_scales(at.sp + (h / kUnits) * gs, static_cast<std::size_t>(h % kUnits), b, d_lo, d_hi);
+        Vec d;
+        IVec sc_lo, sc_hi;
+        q6_k_scales(at.sp + (h / kUnits) * gs, static_cast<std::size_t>(h % kUnits), b, d, sc_lo,
+                    sc_hi);
 #pragma GCC unroll 8
         for (int j = 0; j < T; ++j)
-          facc[h][j] = finish_q6_k<kPerToken>(lo_acc[h][j], hi_acc[h][j], d_lo, d_hi, bp + j,
-                                              lp + j, dp + j, facc[h][j]);
+          facc[h][j] = finish_q6_k<kPerToken, kOffsetsFirst>(
+              lo_acc[h][j], hi_acc[h][j], d, sc_lo, sc_hi, bp + j, lp + j, dp + j, facc[h][j]);
       }
     } else {
       [[maybe_unused]] float xmin[T];

@@ -94,6 +94,11 @@ static inline Vec to_float(IVec v) { return _mm512_cvtepi32_ps(v); }
 static inline IVec to_nearest_int(Vec v) { return _mm512_cvtps_epi32(v); }
 static inline IVec set1_int(std::int32_t v) { return _mm512_set1_epi32(v); }
 static inline IVec add_int(IVec a, IVec b) { return _mm512_add_epi32(a, b); }
+static inline IVec mul_int(IVec a, IVec b) { return _mm512_mullo_epi32(a, b); }
+// kLanes int8 values as int32 lanes.
+static inline IVec load_i8_int(const std::int8_t* p) {
+  return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+}
 static inline std::int32_t reduce_add_int(IVec v) { return _mm512_reduce_add_epi32(v); }
 static inline IVec or_bits(IVec a, IVec b) { return _mm512_or_si512(a, b); }
 static inline IVec and_bytes(IVec v, std::uint8_t mask) {

@@ -287,6 +287,15 @@ BENCHMARK_TEMPLATE(BM_BatchedGemm, Linear::Format::kQ8_0)
     ->Iterations(256)
     ->UseRealTime();
 
+// Decode (M=1) of the K-quants, cold, on 1 and 2 threads: what the decode
+// tile does when its weights stream from DRAM (BM_HotGemv: from L2).
+BENCHMARK_TEMPLATE(BM_BatchedGemm, Linear::Format::kQ6_K)
+    ->ArgNames({"M", "n_out", "n_in", "threads"})
+    ->Args({1, 5632, 2048, 1})
+    ->Args({1, 5632, 2048, 2})
+    ->Iterations(256)
+    ->UseRealTime();
+
 // GFLOP/s of the prefill benchmarks of this run, by name, for the ratio line.
 std::map<std::string, double>& prefill_results() {
   static std::map<std::string, double> r;

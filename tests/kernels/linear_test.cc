@@ -69,11 +69,9 @@ struct QuantWeights {
   const BlockQ6_K& q6_block(std::size_t row, std::size_t k) const {
     return q6k[row * (n_in / 256) + k / 256];
   }
-  // Q6_K: the scale of input k's sub-block of 16, d * sc.
-  float d16(std::size_t row, std::size_t k) const {
-    const BlockQ6_K& blk = q6_block(row, k);
-    return fp16_to_f32(blk.d) * static_cast<float>(blk.scales[k % 256 / 16]);
-  }
+  // Q6_K: input k's super-block scale d and its sub-block of 16's sc.
+  float d6(std::size_t row, std::size_t k) const { return fp16_to_f32(q6_block(row, k).d); }
+  int sc16(std::size_t row, std::size_t k) const { return q6_block(row, k).scales[k % 256 / 16]; }
   int w(std::size_t row, std::size_t k) const {  // the integer weight (Q4_K: q)
     const std::size_t blocks = n_in / 32, b = k / 32, i = k % 32;
     if (format == Format::kQ8_0) return q8[row * blocks + b].qs[i];
@@ -227,15 +225,17 @@ std::vector<float> spec_forward(const QuantWeights& w, const QuantActs& a, std::
       float acc = 0.0f;
       for (std::size_t b = 0; b < blocks; ++b) {
         const float dx = a.d[t * blocks + b];
-        if (w.format == Format::kQ6_K) {  // two halves of 16, low first
+        if (w.format == Format::kQ6_K) {  // two halves of 16, each times its sc
+          std::int32_t dot = 0;
           for (std::size_t h = 0; h < 2; ++h) {
-            std::int32_t dot = 0;
+            std::int32_t half = 0;
             for (std::size_t i = 16 * h; i < 16 * h + 16; ++i)
-              dot += w.w(o, b * 32 + i) * a.q[t * w.n_in + b * 32 + i];
-            const float d = w.d16(o, b * 32 + 16 * h);
-            acc = aq == AQ::kPerToken ? std::fma(static_cast<float>(dot), d, acc)
-                                      : std::fma(static_cast<float>(dot), d * dx, acc);
+              half += w.w(o, b * 32 + i) * a.q[t * w.n_in + b * 32 + i];
+            dot += half * w.sc16(o, b * 32 + 16 * h);
           }
+          const float d = w.d6(o, b * 32);
+          acc = aq == AQ::kPerToken ? std::fma(static_cast<float>(dot), d, acc)
+                                    : std::fma(static_cast<float>(dot), d * dx, acc);
           continue;
         }
         std::int32_t dot = 0, sum = 0;

@@ -114,7 +114,7 @@ void half_tile(const PackedWeights& w, const QuantizedActivations& a, std::size_
         u[c + 4] = high_nibbles(raw);
       }
     }
-    [[maybe_unused]] Vec dw, dmin;
+    [[maybe_unused]] Vec dw, dmin;       // Q6_K: dw is the rows' d
     [[maybe_unused]] IVec sc_lo, sc_hi;  // Q6_K: the sc of the low and high 16 inputs
     if constexpr (kF == WeightFormat::kQ6_K) {
       q6_k_scales(sp, half, b, dw, sc_lo, sc_hi);

@@ -73,11 +73,12 @@ static inline Vec keep_first(Vec v, std::size_t n) { return _mm512_maskz_mov_ps(
 static inline void store_first(float* p, Vec v, std::size_t n) {
   _mm512_mask_storeu_ps(p, tail_mask(n), v);
 }
-// kLanes int8 / fp16 / bf16 values as floats (exact conversions).
-static inline Vec load_i8(const std::int8_t* p) {
-  return _mm512_cvtepi32_ps(
-      _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))));
+// kLanes int8 values as int32 lanes, and int8 / fp16 / bf16 values as
+// floats (exact conversions).
+static inline __m512i load_i8_int(const std::int8_t* p) {
+  return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
 }
+static inline Vec load_i8(const std::int8_t* p) { return _mm512_cvtepi32_ps(load_i8_int(p)); }
 static inline Vec load_f16(const std::uint16_t* p) {
   return _mm512_cvtph_ps(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
 }
@@ -95,10 +96,6 @@ static inline IVec to_nearest_int(Vec v) { return _mm512_cvtps_epi32(v); }
 static inline IVec set1_int(std::int32_t v) { return _mm512_set1_epi32(v); }
 static inline IVec add_int(IVec a, IVec b) { return _mm512_add_epi32(a, b); }
 static inline IVec mul_int(IVec a, IVec b) { return _mm512_mullo_epi32(a, b); }
-// kLanes int8 values as int32 lanes.
-static inline IVec load_i8_int(const std::int8_t* p) {
-  return _mm512_cvtepi8_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-}
 static inline std::int32_t reduce_add_int(IVec v) { return _mm512_reduce_add_epi32(v); }
 static inline IVec or_bits(IVec a, IVec b) { return _mm512_or_si512(a, b); }
 static inline IVec and_bytes(IVec v, std::uint8_t mask) {

@@ -45,7 +45,10 @@ absl::StatusOr<std::unique_ptr<Module>> Module::load(std::shared_ptr<const GgufF
                                                      const ModuleOptions& options,
                                                      MemoryAllocator* planned,
                                                      MemoryAllocator* temp) {
-  HEARTH_ASSIGN_OR_RETURN(auto weights, ModelWeights::load(std::move(file), options.load));
+  LoadOptions load_options = options.load;  // packed on the instance's kernel threads by default
+  if (load_options.pool == nullptr)
+    load_options.pool = options.pool != nullptr ? options.pool : &kernels::default_thread_pool();
+  HEARTH_ASSIGN_OR_RETURN(auto weights, ModelWeights::load(std::move(file), load_options));
   return load(std::move(weights), options, planned, temp);
 }
 

@@ -48,7 +48,8 @@ struct ModuleOptions {
   std::size_t max_chunk = 64;
   // Kernel threads; nullptr = kernels::default_thread_pool().
   kernels::ThreadPool* pool = nullptr;
-  // How weights are prepared when load() is given a path or a file.
+  // How weights are prepared when load() is given a path or a file (packed
+  // on `pool` unless load.pool names other threads).
   LoadOptions load;
 };
 

@@ -191,11 +191,11 @@ struct Loader {
     if (converted) {
       HEARTH_ASSIGN_OR_RETURN(auto x, to_float(f, ti));
       if (options.convert == LoadOptions::Convert::kQ8_0) {
-        l = Linear::from_q8_0(to_q8_0(x).data(), n_out, n_in);
+        l = Linear::from_q8_0(to_q8_0(x).data(), n_out, n_in, options.pool);
       } else {
         std::vector<kernels::BlockQ4_0> q(x.size() / 32);
         kernels::quantize_row_q4_0(x.data(), q.data(), x.size());
-        l = Linear::from_q4_0(q.data(), n_out, n_in);
+        l = Linear::from_q4_0(q.data(), n_out, n_in, options.pool);
       }
     } else {
       switch (ti.type) {
@@ -206,10 +206,12 @@ struct Loader {
           l = Linear::from_f16(reinterpret_cast<const std::uint16_t*>(ti.data), n_out, n_in);
           break;
         case GgmlType::kQ8_0:
-          l = Linear::from_q8_0(reinterpret_cast<const kernels::BlockQ8_0*>(ti.data), n_out, n_in);
+          l = Linear::from_q8_0(reinterpret_cast<const kernels::BlockQ8_0*>(ti.data), n_out, n_in,
+                                options.pool);
           break;
         case GgmlType::kQ4_0:
-          l = Linear::from_q4_0(reinterpret_cast<const kernels::BlockQ4_0*>(ti.data), n_out, n_in);
+          l = Linear::from_q4_0(reinterpret_cast<const kernels::BlockQ4_0*>(ti.data), n_out, n_in,
+                                options.pool);
           break;
         case GgmlType::kBF16: {
           HEARTH_ASSIGN_OR_RETURN(auto x, to_float(f, ti));
@@ -218,31 +220,35 @@ struct Loader {
         }
         case GgmlType::kQ4_K:
           if (!options.kquants_as_f32) {
-            l = Linear::from_q4_k(reinterpret_cast<const BlockQ4_K*>(ti.data), n_out, n_in);
+            l = Linear::from_q4_k(reinterpret_cast<const BlockQ4_K*>(ti.data), n_out, n_in,
+                                  options.pool);
             break;
           }
           [[fallthrough]];
         case GgmlType::kQ5_K:
           if (ti.type == GgmlType::kQ5_K && !options.kquants_as_f32) {
-            l = Linear::from_q5_k(reinterpret_cast<const BlockQ5_K*>(ti.data), n_out, n_in);
+            l = Linear::from_q5_k(reinterpret_cast<const BlockQ5_K*>(ti.data), n_out, n_in,
+                                  options.pool);
             break;
           }
           [[fallthrough]];
         case GgmlType::kQ6_K: {
           if (ti.type == GgmlType::kQ6_K && !options.kquants_as_f32) {
-            l = Linear::from_q6_k(reinterpret_cast<const BlockQ6_K*>(ti.data), n_out, n_in);
+            l = Linear::from_q6_k(reinterpret_cast<const BlockQ6_K*>(ti.data), n_out, n_in,
+                                  options.pool);
             break;
           }
           HEARTH_ASSIGN_OR_RETURN(auto x, to_float(f, ti));
-          l = options.kquants_as_f32 ? Linear::from_f32(x.data(), n_out, n_in)
-                                     : Linear::from_q8_0(to_q8_0(x).data(), n_out, n_in);
+          l = options.kquants_as_f32
+                  ? Linear::from_f32(x.data(), n_out, n_in)
+                  : Linear::from_q8_0(to_q8_0(x).data(), n_out, n_in, options.pool);
           break;
         }
         default: {
           // to_float() refuses every type not handled here, naming it.
           if (!runs_as_q8_0(ti.type)) return to_float(f, ti).status();
           HEARTH_ASSIGN_OR_RETURN(auto q, legacy_to_q8_0(f, ti));
-          l = Linear::from_q8_0(q.data(), n_out, n_in);
+          l = Linear::from_q8_0(q.data(), n_out, n_in, options.pool);
           break;
         }
       }

@@ -35,6 +35,9 @@ struct LoadOptions {
   // K-quant projections run natively by default or, to measure what the
   // int8 activations cost, are kept exactly as decoded floats.
   bool kquants_as_f32 = false;
+  // Threads that repack quantized weights side by side; nullptr: the
+  // loading thread alone.
+  kernels::ThreadPool* pool = nullptr;
 };
 
 // Aggregate-initialised by the loader (Linear has no empty state). Which of

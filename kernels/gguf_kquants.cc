@@ -108,19 +108,38 @@ void dequantize_row_q5_k(const BlockQ5_K* in, float* y, std::size_t n) {
   }
 }
 
-std::uint8_t q6_k_value(const BlockQ6_K& block, std::size_t e) {
-  const std::size_t half = e / 128, k = e % 128 / 32, l = e % 32;
-  const std::uint8_t low = block.ql[64 * half + 32 * (k % 2) + l];
-  const int low4 = k < 2 ? low & 0x0f : low >> 4;
-  const int high2 = (block.qh[32 * half + l] >> (2 * k)) & 3;
-  return static_cast<std::uint8_t>(low4 | high2 << 4);
+void q4_k_values(const BlockQ4_K& block, std::uint8_t* q) {
+  for (std::size_t pair = 0; pair < 4; ++pair, q += 64) {
+    const std::uint8_t* qs = block.qs + 32 * pair;
+    for (std::size_t l = 0; l < 32; ++l) {
+      q[l] = qs[l] & 0x0f;
+      q[32 + l] = qs[l] >> 4;
+    }
+  }
 }
 
-std::uint8_t q5_k_value(const BlockQ5_K& block, std::size_t e) {
-  const std::size_t j = e / 32, l = e % 32;
-  const std::uint8_t byte = block.qs[32 * (j / 2) + l];
-  const int low4 = j % 2 == 0 ? byte & 0x0f : byte >> 4;
-  return static_cast<std::uint8_t>(low4 | ((block.qh[l] >> j) & 1) << 4);
+void q5_k_values(const BlockQ5_K& block, std::uint8_t* q) {
+  for (std::size_t pair = 0; pair < 4; ++pair, q += 64) {
+    const std::uint8_t* qs = block.qs + 32 * pair;
+    const int j = 2 * static_cast<int>(pair);  // the even sub-block of the pair
+    for (std::size_t l = 0; l < 32; ++l) {
+      q[l] = static_cast<std::uint8_t>((qs[l] & 0x0f) | ((block.qh[l] >> j) & 1) << 4);
+      q[32 + l] = static_cast<std::uint8_t>((qs[l] >> 4) | ((block.qh[l] >> (j + 1)) & 1) << 4);
+    }
+  }
+}
+
+void q6_k_values(const BlockQ6_K& block, std::uint8_t* q) {
+  for (std::size_t half = 0; half < 2; ++half, q += 128) {
+    const std::uint8_t* ql = block.ql + 64 * half;
+    const std::uint8_t* qh = block.qh + 32 * half;
+    for (std::size_t l = 0; l < 32; ++l) {
+      q[l] = static_cast<std::uint8_t>((ql[l] & 0x0f) | (qh[l] & 3) << 4);
+      q[32 + l] = static_cast<std::uint8_t>((ql[32 + l] & 0x0f) | ((qh[l] >> 2) & 3) << 4);
+      q[64 + l] = static_cast<std::uint8_t>((ql[l] >> 4) | ((qh[l] >> 4) & 3) << 4);
+      q[96 + l] = static_cast<std::uint8_t>((ql[32 + l] >> 4) | ((qh[l] >> 6) & 3) << 4);
+    }
+  }
 }
 
 void dequantize_row_q6_k(const BlockQ6_K* in, float* y, std::size_t n) {

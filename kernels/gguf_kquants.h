@@ -46,14 +46,18 @@ static_assert(sizeof(BlockQ6_K) == 210);
 // packed bytes.
 void k_scale_min(int j, const std::uint8_t* scales, std::uint8_t* sc, std::uint8_t* m);
 
-// Element e's (0..255) unsigned 6-bit q (0..63; w = d * scales[e / 16] *
-// (q - 32)) of a Q6_K block: in each half of 128, quarter k's element l has
-// its low 4 bits in ql[64 half + 32 (k % 2) + l] (low nibble for k < 2) and
-// its top 2 in bits 2k, 2k + 1 of qh[32 half + l].
-std::uint8_t q6_k_value(const BlockQ6_K& block, std::size_t e);
-// Element e's unsigned 5-bit q (0..31) of a Q5_K block: sub-block j = e / 32
-// keeps its low 4 bits as Q4_K does and its fifth in bit j of qh[e % 32].
-std::uint8_t q5_k_value(const BlockQ5_K& block, std::size_t e);
+// A super-block's 256 unsigned q, element e at q[e] (the packers read each
+// block once through these).
+// Q4_K: sub-block j (32 elements) has its q in the low nibbles of
+// qs[32 (j / 2) ..] for even j, the high nibbles for odd j (0..15).
+void q4_k_values(const BlockQ4_K& block, std::uint8_t* q);
+// Q5_K: as Q4_K, with the fifth bit of sub-block j's element l in bit j of
+// qh[l] (0..31).
+void q5_k_values(const BlockQ5_K& block, std::uint8_t* q);
+// Q6_K (0..63; w = d * scales[e / 16] * (q - 32)): in each half of 128,
+// quarter k's element l has its low 4 bits in ql[64 half + 32 (k % 2) + l]
+// (low nibble for k < 2) and its top 2 in bits 2k, 2k + 1 of qh[32 half + l].
+void q6_k_values(const BlockQ6_K& block, std::uint8_t* q);
 
 // n is a multiple of 256.
 void dequantize_row_q4_k(const BlockQ4_K* in, float* out, std::size_t n);

@@ -1,5 +1,6 @@
 #include "kernels/linear.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <type_traits>
@@ -130,16 +131,31 @@ absl::StatusOr<Linear> Linear::allocate_packed(Format format, std::size_t n_out,
   if (l.packed_ == nullptr)
     return absl::ResourceExhaustedError(
         absl::StrCat("Linear: cannot allocate ", bytes, " bytes of packed weights"));
-  // Padding rows and blocks: w = 0 (the stored bias value; Q4_K, Q6_K: q = 0
+  return l;
+}
+
+template <typename PackGroup>
+void Linear::pack_groups(ThreadPool* pool, PackGroup&& pack_group) {
+  // Padding rows and blocks: w = 0 (the stored bias value; K-quants: q = 0
   // with scale and min 0), scale 0.
   const std::uint8_t zero_w =
-      format == Format::kQ8_0 ? 0x80 : (format == Format::kQ4_0 ? 0x88 : 0x00);
-  for (std::size_t g = 0; g < l.groups_; ++g) {
-    std::uint8_t* group = l.packed_.get() + g * l.group_stride_;
-    std::memset(group, zero_w, l.scales_offset_);
-    std::memset(group + l.scales_offset_, 0, l.group_stride_ - l.scales_offset_);
+      format_ == Format::kQ8_0 ? 0x80 : (format_ == Format::kQ4_0 ? 0x88 : 0x00);
+  auto fill = [&](std::size_t g0, std::size_t g1) {
+    for (std::size_t g = g0; g < g1; ++g) {
+      std::uint8_t* group = packed_.get() + g * group_stride_;
+      std::memset(group, zero_w, scales_offset_);
+      std::memset(group + scales_offset_, 0, group_stride_ - scales_offset_);
+      const std::size_t row0 = g * kGroupRows;
+      pack_group(group, row0, std::min(kGroupRows, n_out_ - row0));
+    }
+  };
+  // Groups are disjoint bytes; one group per claim is enough work (at
+  // least 16 rows x n_in weights) to outweigh the claim.
+  if (pool != nullptr) {
+    pool->parallel_for(groups_, 1, fill);
+  } else {
+    fill(0, groups_);
   }
-  return l;
 }
 
 // Packs n_out rows of GGUF blocks into the row-group layout of
@@ -148,27 +164,30 @@ absl::StatusOr<Linear> Linear::allocate_packed(Format format, std::size_t n_out,
 // block's fp16 scale goes to the group's scale array.
 template <typename Block, typename Place>
 absl::StatusOr<Linear> Linear::pack_blocks(Format format, const Block* w, std::size_t n_out,
-                                           std::size_t n_in, const char* what, Place place) {
+                                           std::size_t n_in, const char* what, ThreadPool* pool,
+                                           Place place) {
   HEARTH_RETURN_IF_ERROR(check_shape(n_out, n_in, true));
   if (w == nullptr)
     return absl::InvalidArgumentError(absl::StrCat("Linear::", what, ": w is null"));
   HEARTH_ASSIGN_OR_RETURN(auto l, allocate_packed(format, n_out, n_in));
   const std::size_t blocks = n_in / kQuantGroup;
   const std::size_t block_bytes = format == Format::kQ8_0 ? kQ8BlockBytes : kQ4BlockBytes;
-  for (std::size_t row = 0; row < n_out; ++row) {
-    const std::size_t r = row % kGroupRows;
-    std::uint8_t* group = l.packed_.get() + row / kGroupRows * l.group_stride_;
-    for (std::size_t b = 0; b < blocks; ++b) {
-      const Block& src = w[row * blocks + b];
-      place(src, group + b * block_bytes + r * 4);
-      std::memcpy(group + l.scales_offset_ + b * kScaleBytes + 2 * r, &src.d, 2);
+  const std::size_t scales_offset = l.scales_offset_;
+  l.pack_groups(pool, [&](std::uint8_t* group, std::size_t row0, std::size_t rows) {
+    for (std::size_t r = 0; r < rows; ++r) {
+      for (std::size_t b = 0; b < blocks; ++b) {
+        const Block& src = w[(row0 + r) * blocks + b];
+        place(src, group + b * block_bytes + r * 4);
+        std::memcpy(group + scales_offset + b * kScaleBytes + 2 * r, &src.d, 2);
+      }
     }
-  }
+  });
   return l;
 }
 
-absl::StatusOr<Linear> Linear::from_q8_0(const BlockQ8_0* w, std::size_t n_out, std::size_t n_in) {
-  return pack_blocks(Format::kQ8_0, w, n_out, n_in, "from_q8_0",
+absl::StatusOr<Linear> Linear::from_q8_0(const BlockQ8_0* w, std::size_t n_out, std::size_t n_in,
+                                         ThreadPool* pool) {
+  return pack_blocks(Format::kQ8_0, w, n_out, n_in, "from_q8_0", pool,
                      [](const BlockQ8_0& src, std::uint8_t* dst) {
                        for (std::size_t s = 0; s < 8; ++s)
                          for (std::size_t j = 0; j < 4; ++j)  // w + 128
@@ -176,102 +195,112 @@ absl::StatusOr<Linear> Linear::from_q8_0(const BlockQ8_0* w, std::size_t n_out, 
                      });
 }
 
-absl::StatusOr<Linear> Linear::from_q4_0(const BlockQ4_0* w, std::size_t n_out, std::size_t n_in) {
-  return pack_blocks(Format::kQ4_0, w, n_out, n_in, "from_q4_0",
+absl::StatusOr<Linear> Linear::from_q4_0(const BlockQ4_0* w, std::size_t n_out, std::size_t n_in,
+                                         ThreadPool* pool) {
+  return pack_blocks(Format::kQ4_0, w, n_out, n_in, "from_q4_0", pool,
                      [](const BlockQ4_0& src, std::uint8_t* dst) {
                        for (std::size_t c = 0; c < 4; ++c)
                          std::memcpy(dst + c * 64, src.qs + 4 * c, 4);
                      });
 }
 
-// Q4_K and Q5_K: the same scales, mins and nibbles; Q5_K adds its fifth bits.
+namespace {
+
+// One K-quant block's 32 q for one row, at dst (the group's block + 4 r), in
+// the layout of kernels/linear_impl.h: byte k of step c holds q[4c + k] |
+// q[16 + 4c + k] << 4 (Q4_0's pairing); then Q5_K's fifth bits (bit c and
+// 4 + c of byte k) or Q6_K's top two bits (bits 2c of byte k, of the low
+// and of the high half).
+template <Linear::Format kF>
+void place_k_block(const std::uint8_t* q, std::uint8_t* dst) {
+  for (std::size_t k = 0; k < 4; ++k) {
+    std::uint8_t top_lo = 0, top_hi = 0;
+    for (std::size_t c = 0; c < 4; ++c) {
+      const std::uint8_t lo = q[4 * c + k], hi = q[16 + 4 * c + k];
+      dst[c * 64 + k] = static_cast<std::uint8_t>((lo & 0x0f) | (hi & 0x0f) << 4);
+      if constexpr (kF == Linear::Format::kQ5_K) {
+        top_lo |= static_cast<std::uint8_t>((lo >> 4) << c | (hi >> 4) << (4 + c));
+      } else if constexpr (kF == Linear::Format::kQ6_K) {
+        top_lo |= static_cast<std::uint8_t>((lo >> 4) << (2 * c));
+        top_hi |= static_cast<std::uint8_t>((hi >> 4) << (2 * c));
+      }
+    }
+    if constexpr (kF == Linear::Format::kQ5_K) dst[kQ5HighOffset + k] = top_lo;
+    if constexpr (kF == Linear::Format::kQ6_K) {
+      dst[kQ6HighOffset + k] = top_lo;
+      dst[kQ6HighOffset + 64 + k] = top_hi;
+    }
+  }
+}
+
+// A super-block's row scales into its group's scales (row r): Q4_K and Q5_K
+// d, dmin and the 6-bit sc and m of each block; Q6_K d and the int8 sc of
+// each sub-block of 16.
+template <typename Block>  // BlockQ4_K or BlockQ5_K
+void place_k_scales(const Block& src, std::size_t r, std::uint8_t* scales) {
+  std::memcpy(scales + 2 * r, &src.d, 2);
+  std::memcpy(scales + kQ4KDminOffset + 2 * r, &src.dmin, 2);
+  for (int j = 0; j < static_cast<int>(kBlocksPerSuper); ++j)
+    k_scale_min(j, src.scales, &scales[kQ4KScOffset + kGroupRows * j + r],
+                &scales[kQ4KMinOffset + kGroupRows * j + r]);
+}
+void place_k_scales(const BlockQ6_K& src, std::size_t r, std::uint8_t* scales) {
+  std::memcpy(scales + 2 * r, &src.d, 2);
+  for (std::size_t k = 0; k < 16; ++k)
+    scales[kQ6KScOffset + kGroupRows * k + r] = static_cast<std::uint8_t>(src.scales[k]);
+}
+
+void k_values(const BlockQ4_K& b, std::uint8_t* q) { q4_k_values(b, q); }
+void k_values(const BlockQ5_K& b, std::uint8_t* q) { q5_k_values(b, q); }
+void k_values(const BlockQ6_K& b, std::uint8_t* q) { q6_k_values(b, q); }
+
+}  // namespace
+
+// Q4_K, Q5_K and Q6_K: each super-block's q decoded once, then placed block
+// by block; its scales go to the group's scales of that super-block.
 template <typename Block>
-absl::StatusOr<Linear> Linear::pack_k_scaled(Format format, const Block* w, std::size_t n_out,
-                                             std::size_t n_in, const char* what) {
+absl::StatusOr<Linear> Linear::pack_k_quant(Format format, const Block* w, std::size_t n_out,
+                                            std::size_t n_in, const char* what, ThreadPool* pool) {
   HEARTH_RETURN_IF_ERROR(check_k_quant(n_out, n_in, w, what));
   HEARTH_ASSIGN_OR_RETURN(auto l, allocate_packed(format, n_out, n_in));
-  constexpr bool kFive = std::is_same_v<Block, BlockQ5_K>;
-  const std::size_t block_bytes = kFive ? kQ5BlockBytes : kQ4BlockBytes;
+  constexpr Format kF = std::is_same_v<Block, BlockQ4_K>   ? Format::kQ4_K
+                        : std::is_same_v<Block, BlockQ5_K> ? Format::kQ5_K
+                                                           : Format::kQ6_K;
+  constexpr std::size_t kBlockBytes = kF == Format::kQ4_K   ? kQ4BlockBytes
+                                      : kF == Format::kQ5_K ? kQ5BlockBytes
+                                                            : kQ6BlockBytes;
+  constexpr std::size_t kSuperScaleBytes =
+      kF == Format::kQ6_K ? kQ6KSuperScaleBytes : kQ4KSuperScaleBytes;
   const std::size_t supers = n_in / kSuperBlock;
-  for (std::size_t row = 0; row < n_out; ++row) {
-    const std::size_t r = row % kGroupRows;
-    std::uint8_t* group = l.packed_.get() + row / kGroupRows * l.group_stride_;
-    for (std::size_t s = 0; s < supers; ++s) {
-      const Block& src = w[row * supers + s];
-      std::uint8_t* scales = group + l.scales_offset_ + s * kQ4KSuperScaleBytes;
-      std::memcpy(scales + 2 * r, &src.d, 2);
-      std::memcpy(scales + kQ4KDminOffset + 2 * r, &src.dmin, 2);
-      for (std::size_t j = 0; j < kBlocksPerSuper; ++j) {
-        k_scale_min(static_cast<int>(j), src.scales, &scales[kQ4KScOffset + kGroupRows * j + r],
-                    &scales[kQ4KMinOffset + kGroupRows * j + r]);
-        // Sub-block j's q, stored in Q4_0's pairing (byte i: q[i] | q[i + 16]
-        // << 4) and, for Q5_K, their fifth bits (kernels/linear_impl.h).
-        auto q = [&](std::size_t i) -> std::uint8_t {
-          if constexpr (kFive) {
-            return q5_k_value(src, 32 * j + i);
-          } else {
-            const std::uint8_t byte = src.qs[32 * (j / 2) + i];
-            return j % 2 == 0 ? byte & 0x0f : byte >> 4;
-          }
-        };
-        std::uint8_t* dst = group + (s * kBlocksPerSuper + j) * block_bytes + r * 4;
-        for (std::size_t k = 0; k < 4; ++k) {
-          std::uint8_t fifth = 0;
-          for (std::size_t c = 0; c < 4; ++c) {
-            const std::uint8_t lo = q(4 * c + k), hi = q(16 + 4 * c + k);
-            dst[c * 64 + k] = static_cast<std::uint8_t>((lo & 0x0f) | (hi & 0x0f) << 4);
-            fifth |= static_cast<std::uint8_t>((lo >> 4) << c | (hi >> 4) << (4 + c));
-          }
-          if constexpr (kFive) dst[kQ5HighOffset + k] = fifth;
-        }
+  const std::size_t scales_offset = l.scales_offset_;
+  l.pack_groups(pool, [&](std::uint8_t* group, std::size_t row0, std::size_t rows) {
+    std::uint8_t q[kSuperBlock];
+    for (std::size_t r = 0; r < rows; ++r) {
+      for (std::size_t s = 0; s < supers; ++s) {
+        const Block& src = w[(row0 + r) * supers + s];
+        place_k_scales(src, r, group + scales_offset + s * kSuperScaleBytes);
+        k_values(src, q);
+        for (std::size_t j = 0; j < kBlocksPerSuper; ++j)
+          place_k_block<kF>(q + 32 * j, group + (s * kBlocksPerSuper + j) * kBlockBytes + r * 4);
       }
     }
-  }
+  });
   return l;
 }
 
-absl::StatusOr<Linear> Linear::from_q4_k(const BlockQ4_K* w, std::size_t n_out, std::size_t n_in) {
-  return pack_k_scaled(Format::kQ4_K, w, n_out, n_in, "from_q4_k");
+absl::StatusOr<Linear> Linear::from_q4_k(const BlockQ4_K* w, std::size_t n_out, std::size_t n_in,
+                                         ThreadPool* pool) {
+  return pack_k_quant(Format::kQ4_K, w, n_out, n_in, "from_q4_k", pool);
 }
 
-absl::StatusOr<Linear> Linear::from_q5_k(const BlockQ5_K* w, std::size_t n_out, std::size_t n_in) {
-  return pack_k_scaled(Format::kQ5_K, w, n_out, n_in, "from_q5_k");
+absl::StatusOr<Linear> Linear::from_q5_k(const BlockQ5_K* w, std::size_t n_out, std::size_t n_in,
+                                         ThreadPool* pool) {
+  return pack_k_quant(Format::kQ5_K, w, n_out, n_in, "from_q5_k", pool);
 }
 
-absl::StatusOr<Linear> Linear::from_q6_k(const BlockQ6_K* w, std::size_t n_out, std::size_t n_in) {
-  HEARTH_RETURN_IF_ERROR(check_k_quant(n_out, n_in, w, "from_q6_k"));
-  HEARTH_ASSIGN_OR_RETURN(auto l, allocate_packed(Format::kQ6_K, n_out, n_in));
-  const std::size_t supers = n_in / kSuperBlock;
-  for (std::size_t row = 0; row < n_out; ++row) {
-    const std::size_t r = row % kGroupRows;
-    std::uint8_t* group = l.packed_.get() + row / kGroupRows * l.group_stride_;
-    for (std::size_t s = 0; s < supers; ++s) {
-      const BlockQ6_K& src = w[row * supers + s];
-      std::uint8_t* scales = group + l.scales_offset_ + s * kQ6KSuperScaleBytes;
-      std::memcpy(scales + 2 * r, &src.d, 2);
-      for (std::size_t k = 0; k < 16; ++k)
-        scales[kQ6KScOffset + kGroupRows * k + r] = static_cast<std::uint8_t>(src.scales[k]);
-      for (std::size_t j = 0; j < kBlocksPerSuper; ++j) {
-        // Block j's q in the layout of kernels/linear_impl.h: low 4 bits as
-        // Q4_0-style nibbles, the top 2 bits of inputs 4c + k (and 16 + 4c + k)
-        // at bits 2c of byte k of the row.
-        auto q = [&](std::size_t i) { return q6_k_value(src, 32 * j + i); };
-        std::uint8_t* dst = group + (s * kBlocksPerSuper + j) * kQ6BlockBytes + r * 4;
-        for (std::size_t k = 0; k < 4; ++k) {
-          std::uint8_t top_lo = 0, top_hi = 0;
-          for (std::size_t c = 0; c < 4; ++c) {
-            dst[c * 64 + k] =
-                static_cast<std::uint8_t>((q(4 * c + k) & 0x0f) | (q(16 + 4 * c + k) & 0x0f) << 4);
-            top_lo |= static_cast<std::uint8_t>((q(4 * c + k) >> 4) << (2 * c));
-            top_hi |= static_cast<std::uint8_t>((q(16 + 4 * c + k) >> 4) << (2 * c));
-          }
-          dst[kQ6HighOffset + k] = top_lo;
-          dst[kQ6HighOffset + 64 + k] = top_hi;
-        }
-      }
-    }
-  }
-  return l;
+absl::StatusOr<Linear> Linear::from_q6_k(const BlockQ6_K* w, std::size_t n_out, std::size_t n_in,
+                                         ThreadPool* pool) {
+  return pack_k_quant(Format::kQ6_K, w, n_out, n_in, "from_q6_k", pool);
 }
 
 absl::StatusOr<Linear> Linear::from_f32(const float* w, std::size_t n_out, std::size_t n_in) {

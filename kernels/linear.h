@@ -111,15 +111,22 @@ class Linear {
                                          std::size_t n_in);
   // GGUF blocks, row-major: row r is w[r * n_in / 32 .. (r + 1) * n_in / 32).
   // n_in must be a multiple of 32. The blocks are repacked; the caller's
-  // buffer may be freed on return.
-  static absl::StatusOr<Linear> from_q8_0(const BlockQ8_0* w, std::size_t n_out, std::size_t n_in);
-  static absl::StatusOr<Linear> from_q4_0(const BlockQ4_0* w, std::size_t n_out, std::size_t n_in);
+  // buffer may be freed on return. With a `pool`, its threads pack row
+  // groups side by side (a model loads on every kernel thread); nullptr
+  // packs on the calling thread. The result is the same either way.
+  static absl::StatusOr<Linear> from_q8_0(const BlockQ8_0* w, std::size_t n_out, std::size_t n_in,
+                                          ThreadPool* pool = nullptr);
+  static absl::StatusOr<Linear> from_q4_0(const BlockQ4_0* w, std::size_t n_out, std::size_t n_in,
+                                          ThreadPool* pool = nullptr);
   // GGUF Q4_K / Q5_K / Q6_K super-blocks, row-major (n_in / 256 per row);
   // n_in must be a multiple of 256. Packed without loss: the same q, scales
   // and mins.
-  static absl::StatusOr<Linear> from_q4_k(const BlockQ4_K* w, std::size_t n_out, std::size_t n_in);
-  static absl::StatusOr<Linear> from_q5_k(const BlockQ5_K* w, std::size_t n_out, std::size_t n_in);
-  static absl::StatusOr<Linear> from_q6_k(const BlockQ6_K* w, std::size_t n_out, std::size_t n_in);
+  static absl::StatusOr<Linear> from_q4_k(const BlockQ4_K* w, std::size_t n_out, std::size_t n_in,
+                                          ThreadPool* pool = nullptr);
+  static absl::StatusOr<Linear> from_q5_k(const BlockQ5_K* w, std::size_t n_out, std::size_t n_in,
+                                          ThreadPool* pool = nullptr);
+  static absl::StatusOr<Linear> from_q6_k(const BlockQ6_K* w, std::size_t n_out, std::size_t n_in,
+                                          ThreadPool* pool = nullptr);
 
   Linear(Linear&&) noexcept;
   Linear& operator=(Linear&&) noexcept;
@@ -172,12 +179,17 @@ class Linear {
  private:
   Linear() = default;
   static absl::StatusOr<Linear> allocate_packed(Format format, std::size_t n_out, std::size_t n_in);
+  // Fills every row group: clears it to the padding values, then calls
+  // pack_group(group bytes, first row, rows), on `pool` when given.
+  template <typename PackGroup>
+  void pack_groups(ThreadPool* pool, PackGroup&& pack_group);
   template <typename Block>
-  static absl::StatusOr<Linear> pack_k_scaled(Format format, const Block* w, std::size_t n_out,
-                                              std::size_t n_in, const char* what);
+  static absl::StatusOr<Linear> pack_k_quant(Format format, const Block* w, std::size_t n_out,
+                                             std::size_t n_in, const char* what, ThreadPool* pool);
   template <typename Block, typename Place>
   static absl::StatusOr<Linear> pack_blocks(Format format, const Block* w, std::size_t n_out,
-                                            std::size_t n_in, const char* what, Place place);
+                                            std::size_t n_in, const char* what, ThreadPool* pool,
+                                            Place place);
   // The quantized path in two steps: activations into scratch, then the
   // matmul over them (split across the pool when large enough).
   absl::Status quantize_input(const float* x, std::size_t m, MemoryAllocator& scratch,

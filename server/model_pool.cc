@@ -6,6 +6,7 @@
 #include "chat/chat_prompt.h"
 #include "engine/gguf.h"
 #include "engine/synthetic_model.h"
+#include "kernels/thread_pool.h"
 #include "memory/thread_temp_allocator.h"
 #include "spdlog/spdlog.h"
 
@@ -33,7 +34,10 @@ absl::StatusOr<std::unique_ptr<ModelPool>> ModelPool::load(const ModelSpec& spec
   }
   for (const engine::GgufTensorInfo& t : file->tensors()) pool->parameters_ += t.n_elements;
 
-  auto weights = engine::ModelWeights::load(file);
+  engine::LoadOptions load_options;
+  // The weights are repacked on the kernel threads.
+  load_options.pool = kernel_pool != nullptr ? kernel_pool : &kernels::default_thread_pool();
+  auto weights = engine::ModelWeights::load(file, load_options);
   if (!weights.ok()) return fail(weights.status());
   pool->weights_ = std::move(*weights);
   auto tokenizer = engine::Tokenizer::from_gguf(*file);

@@ -159,12 +159,12 @@ QuantWeights make_weights(Format format, std::size_t n_out, std::size_t n_in, un
   return q;
 }
 
-absl::StatusOr<Linear> make_linear(const QuantWeights& q) {
-  if (q.format == Format::kQ4_K) return Linear::from_q4_k(q.q4k.data(), q.n_out, q.n_in);
-  if (q.format == Format::kQ5_K) return Linear::from_q5_k(q.q5k.data(), q.n_out, q.n_in);
-  if (q.format == Format::kQ6_K) return Linear::from_q6_k(q.q6k.data(), q.n_out, q.n_in);
-  return q.format == Format::kQ8_0 ? Linear::from_q8_0(q.q8.data(), q.n_out, q.n_in)
-                                   : Linear::from_q4_0(q.q4.data(), q.n_out, q.n_in);
+absl::StatusOr<Linear> make_linear(const QuantWeights& q, ThreadPool* pool = nullptr) {
+  if (q.format == Format::kQ4_K) return Linear::from_q4_k(q.q4k.data(), q.n_out, q.n_in, pool);
+  if (q.format == Format::kQ5_K) return Linear::from_q5_k(q.q5k.data(), q.n_out, q.n_in, pool);
+  if (q.format == Format::kQ6_K) return Linear::from_q6_k(q.q6k.data(), q.n_out, q.n_in, pool);
+  return q.format == Format::kQ8_0 ? Linear::from_q8_0(q.q8.data(), q.n_out, q.n_in, pool)
+                                   : Linear::from_q4_0(q.q4.data(), q.n_out, q.n_in, pool);
 }
 
 // Activations: normal values, a few large outliers, and an all-zero block in
@@ -430,6 +430,35 @@ TEST_P(LinearQuantized, ThreadedEqualsUnthreadedBitForBit) {
                              " n_out=" + std::to_string(s.n_out) + " m=" + std::to_string(s.m);
     expect_identical(run(*l, x, s.m, aq, &pool2), single, what + " 2 threads");
     expect_identical(run(*l, x, s.m, aq, &pool3), single, what + " 3 threads");
+  }
+}
+
+// Packing splits row groups across the pool's threads (a model loads on every
+// kernel thread); each group's bytes are written by one thread, so the layer
+// must compute exactly what the caller-packed one does, including the
+// padding of a partial last group.
+TEST_P(LinearQuantized, PackedOnAPoolEqualsPackedOnTheCaller) {
+  const auto [format, aq] = GetParam();
+  ThreadPool pool2(2), pool3(3);
+  const bool k_quant =
+      format == Format::kQ4_K || format == Format::kQ5_K || format == Format::kQ6_K;
+  const Shape shapes[] = {
+      {17, k_quant ? 768u : 96u, 3}, {300, k_quant ? 4352u : 4128u, 1}, {1000, 512, 5}};
+  unsigned seed = 200;
+  for (const Shape& s : shapes) {
+    const QuantWeights w = make_weights(format, s.n_out, s.n_in, seed++);
+    const std::vector<float> x = make_activations(s.m, s.n_in, seed++);
+    absl::StatusOr<Linear> on_caller = make_linear(w);
+    ASSERT_TRUE(on_caller.ok()) << on_caller.status();
+    const std::vector<float> want = run(*on_caller, x, s.m, aq);
+    for (ThreadPool* pool : {&pool2, &pool3}) {
+      absl::StatusOr<Linear> on_pool = make_linear(w, pool);
+      ASSERT_TRUE(on_pool.ok()) << on_pool.status();
+      EXPECT_EQ(on_pool->weight_bytes(), on_caller->weight_bytes());
+      expect_identical(run(*on_pool, x, s.m, aq), want,
+                       std::string(format_name(format)) + " n_out=" + std::to_string(s.n_out) +
+                           " packed on " + std::to_string(pool->threads()) + " threads");
+    }
   }
 }
 

@@ -259,13 +259,13 @@ void k_values(const BlockQ6_K& b, std::uint8_t* q) { q6_k_values(b, q); }
 // Q4_K, Q5_K and Q6_K: each super-block's q decoded once, then placed block
 // by block; its scales go to the group's scales of that super-block.
 template <typename Block>
-absl::StatusOr<Linear> Linear::pack_k_quant(Format format, const Block* w, std::size_t n_out,
-                                            std::size_t n_in, const char* what, ThreadPool* pool) {
-  HEARTH_RETURN_IF_ERROR(check_k_quant(n_out, n_in, w, what));
-  HEARTH_ASSIGN_OR_RETURN(auto l, allocate_packed(format, n_out, n_in));
+absl::StatusOr<Linear> Linear::pack_k_quant(const Block* w, std::size_t n_out, std::size_t n_in,
+                                            const char* what, ThreadPool* pool) {
   constexpr Format kF = std::is_same_v<Block, BlockQ4_K>   ? Format::kQ4_K
                         : std::is_same_v<Block, BlockQ5_K> ? Format::kQ5_K
                                                            : Format::kQ6_K;
+  HEARTH_RETURN_IF_ERROR(check_k_quant(n_out, n_in, w, what));
+  HEARTH_ASSIGN_OR_RETURN(auto l, allocate_packed(kF, n_out, n_in));
   constexpr std::size_t kBlockBytes = kF == Format::kQ4_K   ? kQ4BlockBytes
                                       : kF == Format::kQ5_K ? kQ5BlockBytes
                                                             : kQ6BlockBytes;
@@ -290,17 +290,17 @@ absl::StatusOr<Linear> Linear::pack_k_quant(Format format, const Block* w, std::
 
 absl::StatusOr<Linear> Linear::from_q4_k(const BlockQ4_K* w, std::size_t n_out, std::size_t n_in,
                                          ThreadPool* pool) {
-  return pack_k_quant(Format::kQ4_K, w, n_out, n_in, "from_q4_k", pool);
+  return pack_k_quant(w, n_out, n_in, "from_q4_k", pool);
 }
 
 absl::StatusOr<Linear> Linear::from_q5_k(const BlockQ5_K* w, std::size_t n_out, std::size_t n_in,
                                          ThreadPool* pool) {
-  return pack_k_quant(Format::kQ5_K, w, n_out, n_in, "from_q5_k", pool);
+  return pack_k_quant(w, n_out, n_in, "from_q5_k", pool);
 }
 
 absl::StatusOr<Linear> Linear::from_q6_k(const BlockQ6_K* w, std::size_t n_out, std::size_t n_in,
                                          ThreadPool* pool) {
-  return pack_k_quant(Format::kQ6_K, w, n_out, n_in, "from_q6_k", pool);
+  return pack_k_quant(w, n_out, n_in, "from_q6_k", pool);
 }
 
 absl::StatusOr<Linear> Linear::from_f32(const float* w, std::size_t n_out, std::size_t n_in) {

@@ -183,9 +183,9 @@ class Linear {
   // pack_group(group bytes, first row, rows), on `pool` when given.
   template <typename PackGroup>
   void pack_groups(ThreadPool* pool, PackGroup&& pack_group);
-  template <typename Block>
-  static absl::StatusOr<Linear> pack_k_quant(Format format, const Block* w, std::size_t n_out,
-                                             std::size_t n_in, const char* what, ThreadPool* pool);
+  template <typename Block>  // BlockQ4_K, BlockQ5_K or BlockQ6_K
+  static absl::StatusOr<Linear> pack_k_quant(const Block* w, std::size_t n_out, std::size_t n_in,
+                                             const char* what, ThreadPool* pool);
   template <typename Block, typename Place>
   static absl::StatusOr<Linear> pack_blocks(Format format, const Block* w, std::size_t n_out,
                                             std::size_t n_in, const char* what, ThreadPool* pool,

@@ -1,5 +1,6 @@
 #include "engine/weights.h"
 
+#include <algorithm>
 #include <cstring>
 #include <map>
 
@@ -122,18 +123,44 @@ bool runs_as_q8_0(GgmlType t) {
          t == GgmlType::kIQ4_NL;
 }
 
-absl::StatusOr<std::vector<kernels::BlockQ8_0>> legacy_to_q8_0(const GgufFile& f,
-                                                               const GgufTensorInfo& t) {
+// A tensor of a type that runs_as_q8_0, as Q8_0 blocks. Each Q8_0 block comes
+// from its own 32 weights alone, so ranges of blocks convert on the pool's
+// threads, and Q4_1 / Q5_1 are decoded into a small buffer per step instead
+// of a float copy of the tensor.
+std::vector<kernels::BlockQ8_0> legacy_to_q8_0(const GgufTensorInfo& t, kernels::ThreadPool* pool) {
   std::vector<kernels::BlockQ8_0> q(t.n_elements / 32);
-  if (t.type == GgmlType::kQ5_0) {
-    kernels::convert_row_q5_0_to_q8_0(reinterpret_cast<const kernels::BlockQ5_0*>(t.data), q.data(),
-                                      t.n_elements);
-  } else if (t.type == GgmlType::kIQ4_NL) {
-    kernels::convert_row_iq4_nl_to_q8_0(reinterpret_cast<const kernels::BlockIQ4_NL*>(t.data),
-                                        q.data(), t.n_elements);
+  auto convert = [&](std::size_t b0, std::size_t b1) {
+    constexpr std::size_t kStep = 64;  // blocks decoded into `x` at a time
+    float x[kStep * 32];
+    for (std::size_t b = b0; b < b1; b += kStep) {
+      const std::size_t n = 32 * std::min(kStep, b1 - b);
+      kernels::BlockQ8_0* out = q.data() + b;
+      switch (t.type) {
+        case GgmlType::kQ5_0:
+          kernels::convert_row_q5_0_to_q8_0(reinterpret_cast<const kernels::BlockQ5_0*>(t.data) + b,
+                                            out, n);
+          break;
+        case GgmlType::kIQ4_NL:
+          kernels::convert_row_iq4_nl_to_q8_0(
+              reinterpret_cast<const kernels::BlockIQ4_NL*>(t.data) + b, out, n);
+          break;
+        case GgmlType::kQ4_1:
+          kernels::dequantize_row_q4_1(reinterpret_cast<const kernels::BlockQ4_1*>(t.data) + b, x,
+                                       n);
+          kernels::quantize_row_q8_0(x, out, n);
+          break;
+        default:  // kQ5_1 (runs_as_q8_0)
+          kernels::dequantize_row_q5_1(reinterpret_cast<const kernels::BlockQ5_1*>(t.data) + b, x,
+                                       n);
+          kernels::quantize_row_q8_0(x, out, n);
+          break;
+      }
+    }
+  };
+  if (pool != nullptr) {
+    pool->parallel_for(q.size(), 256, convert);
   } else {
-    HEARTH_ASSIGN_OR_RETURN(auto x, to_float(f, t));
-    q = to_q8_0(x);
+    convert(0, q.size());
   }
   return q;
 }
@@ -247,7 +274,7 @@ struct Loader {
         default: {
           // to_float() refuses every type not handled here, naming it.
           if (!runs_as_q8_0(ti.type)) return to_float(f, ti).status();
-          HEARTH_ASSIGN_OR_RETURN(auto q, legacy_to_q8_0(f, ti));
+          const std::vector<kernels::BlockQ8_0> q = legacy_to_q8_0(ti, options.pool);
           l = Linear::from_q8_0(q.data(), n_out, n_in, options.pool);
           break;
         }
@@ -392,7 +419,7 @@ absl::StatusOr<std::shared_ptr<const ModelWeights>> ModelWeights::load(
       // Every other type to_float() reads has a case above; it refuses the
       // rest, naming the type.
       if (!runs_as_q8_0(et.type)) return to_float(f, et).status();
-      HEARTH_ASSIGN_OR_RETURN(const auto q, legacy_to_q8_0(f, et));
+      const std::vector<kernels::BlockQ8_0> q = legacy_to_q8_0(et, options.pool);
       w->embedding_converted_.resize(q.size() * sizeof(kernels::BlockQ8_0));
       std::memcpy(w->embedding_converted_.data(), q.data(), w->embedding_converted_.size());
       w->embedding_type_ = kernels::DType::kQ8_0;

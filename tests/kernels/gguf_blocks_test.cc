@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdint>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -41,6 +43,49 @@ TEST(GgufBlocks, Q8_0RoundTripWithinHalfAStep) {
     for (std::size_t i = 0; i < 32; ++i)
       ASSERT_NEAR(y[b * 32 + i], x[b * 32 + i], 0.5f * d + 127 * d / 2048) << b << "," << i;
   }
+}
+
+// Codes round as std::lround does: halves away from zero, and the floats
+// next to each half to their nearest integer. A block holding 127 has
+// d = 1, so its codes are its values rounded.
+TEST(GgufBlocks, Q8_0CodesRoundAsLround) {
+  std::vector<float> x;
+  for (int k = -127; k < 127; ++k) {
+    const float half = static_cast<float>(k) + 0.5f;
+    for (float v :
+         {half, std::nextafter(half, -200.0f), std::nextafter(half, 200.0f), static_cast<float>(k)})
+      x.push_back(v);
+  }
+  for (float v : {0.49999997f, -0.49999997f, 1e-30f, -0.0f}) x.push_back(v);
+  while (x.size() % 31 != 0) x.push_back(0.25f);
+  std::vector<float> blocks;  // 31 values and 127 per block
+  for (std::size_t i = 0; i < x.size(); i += 31) {
+    blocks.insert(blocks.end(), x.begin() + static_cast<std::ptrdiff_t>(i),
+                  x.begin() + static_cast<std::ptrdiff_t>(i + 31));
+    blocks.push_back(127.0f);
+  }
+  std::vector<BlockQ8_0> q(blocks.size() / 32);
+  quantize_row_q8_0(blocks.data(), q.data(), blocks.size());
+  for (std::size_t i = 0; i < blocks.size(); ++i) {
+    ASSERT_EQ(fp16_to_f32(q[i / 32].d), 1.0f);
+    ASSERT_EQ(q[i / 32].qs[i % 32], static_cast<std::int8_t>(std::lround(blocks[i]))) << blocks[i];
+  }
+}
+
+// An inf weight makes its block's codes NaN (inf x 0): they are stored as 0,
+// and a NaN weight is passed over by the block's max |x|.
+TEST(GgufBlocks, Q8_0NonFiniteWeightsGiveZeroCodesOrAreSkipped) {
+  std::vector<float> x(64, 1.0f);
+  x[3] = std::numeric_limits<float>::infinity();
+  x[32 + 5] = std::nanf("");
+  x[32 + 6] = 63.5f;
+  std::vector<BlockQ8_0> q(2);
+  quantize_row_q8_0(x.data(), q.data(), x.size());
+  for (std::size_t i = 0; i < 32; ++i) EXPECT_EQ(q[0].qs[i], 0) << i;
+  EXPECT_EQ(fp16_to_f32(q[1].d), 0.5f);
+  EXPECT_EQ(q[1].qs[5], 0);
+  EXPECT_EQ(q[1].qs[6], 127);
+  EXPECT_EQ(q[1].qs[0], 2);
 }
 
 TEST(GgufBlocks, Q4_0RoundTripWithinHalfAStepAndMapsExtremes) {

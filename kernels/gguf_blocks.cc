@@ -10,8 +10,8 @@ namespace {
 
 // std::lround of a code (|v| <= 127 up to rounding), inline: adding 0.5 - 2^-25
 // with v's sign and truncating rounds every finite float as lround does
-// (halves away from zero; the sum's own rounding cannot cross an integer).
-// The call it replaces took most of a Q4_1 model's load.
+// (halves away from zero; the sum's own rounding cannot cross an integer),
+// without a libm call per weight (docs/performance.md, "Model load").
 inline std::int8_t round_code(float v) {
   if (std::isnan(v)) return 0;
   return static_cast<std::int8_t>(static_cast<int>(v + std::copysign(0.49999997f, v)));

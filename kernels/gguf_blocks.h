@@ -27,7 +27,7 @@ struct BlockQ4_0 {
 static_assert(sizeof(BlockQ4_0) == 18);
 
 // n must be a multiple of 32. Q8_0 as llama.cpp's reference encodes it: per
-// block d = max |x| / 127 and codes lround(x / d), halves away from zero (a
+// block d = max |x| / 127 and codes lround(x * (1 / d)), halves away from zero (a
 // code of NaN, from an inf or NaN weight, is 0).
 void quantize_row_q8_0(const float* x, BlockQ8_0* out, std::size_t n);
 void dequantize_row_q8_0(const BlockQ8_0* in, float* y, std::size_t n);

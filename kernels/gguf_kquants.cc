@@ -70,44 +70,6 @@ void k_scale_min(int j, const std::uint8_t* q, std::uint8_t* sc, std::uint8_t* m
   }
 }
 
-void dequantize_row_q4_k(const BlockQ4_K* in, float* y, std::size_t n) {
-  for (std::size_t b = 0; b < n / kSuperBlock; ++b) {
-    const float d = fp16_to_f32(in[b].d), dmin = fp16_to_f32(in[b].dmin);
-    const std::uint8_t* q = in[b].qs;
-    for (int j = 0; j < 8; j += 2, q += 32) {
-      std::uint8_t sc, m;
-      k_scale_min(j, in[b].scales, &sc, &m);
-      const float d1 = d * sc, m1 = dmin * m;
-      k_scale_min(j + 1, in[b].scales, &sc, &m);
-      const float d2 = d * sc, m2 = dmin * m;
-      for (int l = 0; l < 32; ++l) *y++ = d1 * static_cast<float>(q[l] & 0xF) - m1;
-      for (int l = 0; l < 32; ++l) *y++ = d2 * static_cast<float>(q[l] >> 4) - m2;
-    }
-  }
-}
-
-void dequantize_row_q5_k(const BlockQ5_K* in, float* y, std::size_t n) {
-  for (std::size_t b = 0; b < n / kSuperBlock; ++b) {
-    const float d = fp16_to_f32(in[b].d), dmin = fp16_to_f32(in[b].dmin);
-    const std::uint8_t* q = in[b].qs;
-    const std::uint8_t* qh = in[b].qh;
-    std::uint8_t u1 = 1, u2 = 2;
-    for (int j = 0; j < 8; j += 2, q += 32) {
-      std::uint8_t sc, m;
-      k_scale_min(j, in[b].scales, &sc, &m);
-      const float d1 = d * sc, m1 = dmin * m;
-      k_scale_min(j + 1, in[b].scales, &sc, &m);
-      const float d2 = d * sc, m2 = dmin * m;
-      for (int l = 0; l < 32; ++l)
-        *y++ = d1 * static_cast<float>((q[l] & 0xF) + (qh[l] & u1 ? 16 : 0)) - m1;
-      for (int l = 0; l < 32; ++l)
-        *y++ = d2 * static_cast<float>((q[l] >> 4) + (qh[l] & u2 ? 16 : 0)) - m2;
-      u1 = static_cast<std::uint8_t>(u1 << 2);
-      u2 = static_cast<std::uint8_t>(u2 << 2);
-    }
-  }
-}
-
 void q4_k_values(const BlockQ4_K& block, std::uint8_t* q) {
   for (std::size_t pair = 0; pair < 4; ++pair, q += 64) {
     const std::uint8_t* qs = block.qs + 32 * pair;
@@ -142,25 +104,42 @@ void q6_k_values(const BlockQ6_K& block, std::uint8_t* q) {
   }
 }
 
+namespace {
+
+// Q4_K and Q5_K: sub-block j's w = d * sc_j * q - dmin * m_j, its q from the
+// block's values (q4_k_values / q5_k_values).
+template <typename Block, void (*kValues)(const Block&, std::uint8_t*)>
+void dequantize_row_k_scaled(const Block* in, float* y, std::size_t n) {
+  std::uint8_t q[kSuperBlock];
+  for (std::size_t b = 0; b < n / kSuperBlock; ++b) {
+    const float d = fp16_to_f32(in[b].d), dmin = fp16_to_f32(in[b].dmin);
+    kValues(in[b], q);
+    for (int j = 0; j < 8; ++j) {
+      std::uint8_t sc, m;
+      k_scale_min(j, in[b].scales, &sc, &m);
+      const float dj = d * sc, mj = dmin * m;
+      for (std::size_t l = 0; l < 32; ++l) *y++ = dj * static_cast<float>(q[32 * j + l]) - mj;
+    }
+  }
+}
+
+}  // namespace
+
+void dequantize_row_q4_k(const BlockQ4_K* in, float* y, std::size_t n) {
+  dequantize_row_k_scaled<BlockQ4_K, q4_k_values>(in, y, n);
+}
+
+void dequantize_row_q5_k(const BlockQ5_K* in, float* y, std::size_t n) {
+  dequantize_row_k_scaled<BlockQ5_K, q5_k_values>(in, y, n);
+}
+
 void dequantize_row_q6_k(const BlockQ6_K* in, float* y, std::size_t n) {
+  std::uint8_t q[kSuperBlock];
   for (std::size_t b = 0; b < n / kSuperBlock; ++b) {
     const float d = fp16_to_f32(in[b].d);
-    const std::uint8_t* ql = in[b].ql;
-    const std::uint8_t* qh = in[b].qh;
-    const std::int8_t* sc = in[b].scales;
-    for (int half = 0; half < 2; ++half, y += 128, ql += 64, qh += 32, sc += 8) {
-      for (int l = 0; l < 32; ++l) {
-        const int is = l / 16;
-        const int q1 = ((ql[l] & 0xF) | (((qh[l] >> 0) & 3) << 4)) - 32;
-        const int q2 = ((ql[l + 32] & 0xF) | (((qh[l] >> 2) & 3) << 4)) - 32;
-        const int q3 = ((ql[l] >> 4) | (((qh[l] >> 4) & 3) << 4)) - 32;
-        const int q4 = ((ql[l + 32] >> 4) | (((qh[l] >> 6) & 3) << 4)) - 32;
-        y[l] = d * sc[is] * static_cast<float>(q1);
-        y[l + 32] = d * sc[is + 2] * static_cast<float>(q2);
-        y[l + 64] = d * sc[is + 4] * static_cast<float>(q3);
-        y[l + 96] = d * sc[is + 6] * static_cast<float>(q4);
-      }
-    }
+    q6_k_values(in[b], q);
+    for (std::size_t e = 0; e < kSuperBlock; ++e)
+      *y++ = d * in[b].scales[e / 16] * static_cast<float>(q[e] - 32);
   }
 }
 

@@ -3,11 +3,12 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <memory>
 
 #include "absl/status/status.h"
 #include "base/status_macros.h"
 #include "base/str_cat.h"
-#include "kernels/fp16.h"
+#include "kernels/activation_ops.h"
 #include "kernels/gguf_blocks.h"
 #include "kernels/gguf_kquants.h"
 #include "kernels/gguf_legacy_blocks.h"
@@ -46,8 +47,10 @@ absl::Status check_shape(const GgufFile& f, const GgufTensorInfo& t, std::uint64
       f, t, str_cat("has shape [", got, "], expected [", ne0, ne1 ? str_cat(" x ", ne1) : "", "]"));
 }
 
-// Decodes any supported tensor type to float (used for K-quants, BF16, norms).
-absl::StatusOr<std::vector<float>> to_float(const GgufFile& f, const GgufTensorInfo& t) {
+// Decodes any supported tensor type to float (used for norms, and for float
+// or K-quant weights converted at load); `pool` widens F16 and BF16.
+absl::StatusOr<std::vector<float>> to_float(const GgufFile& f, const GgufTensorInfo& t,
+                                            kernels::ThreadPool* pool = nullptr) {
   std::vector<float> out(t.n_elements);
   const std::size_t n = out.size();
   switch (t.type) {
@@ -55,18 +58,10 @@ absl::StatusOr<std::vector<float>> to_float(const GgufFile& f, const GgufTensorI
       std::memcpy(out.data(), t.data, n * 4);
       break;
     case GgmlType::kF16:
-      for (std::size_t i = 0; i < n; ++i) {
-        std::uint16_t h;
-        std::memcpy(&h, t.data + 2 * i, 2);
-        out[i] = kernels::fp16_to_f32(h);
-      }
+      kernels::widen_f16(reinterpret_cast<const std::uint16_t*>(t.data), n, out.data(), pool);
       break;
     case GgmlType::kBF16:
-      for (std::size_t i = 0; i < n; ++i) {
-        std::uint16_t h;
-        std::memcpy(&h, t.data + 2 * i, 2);
-        out[i] = kernels::bf16_to_f32(h);
-      }
+      kernels::widen_bf16(reinterpret_cast<const std::uint16_t*>(t.data), n, out.data(), pool);
       break;
     case GgmlType::kQ8_0:
       kernels::dequantize_row_q8_0(reinterpret_cast<const kernels::BlockQ8_0*>(t.data), out.data(),
@@ -170,6 +165,27 @@ struct Loader {
   const LoadOptions& options;
   std::map<std::string, int> type_counts;
   std::size_t packed_bytes = 0;
+  // F16 and BF16 projections are widened here before XNNPACK copies them:
+  // one buffer for the whole load, so its pages are faulted in once (up to
+  // the largest such tensor), not once per tensor.
+  std::unique_ptr<float[]> widened;
+  std::size_t widened_capacity = 0;
+
+  // Tensor `ti` (F16 or BF16) as floats, widened on the load pool.
+  const float* widen(const GgufTensorInfo& ti) {
+    if (ti.n_elements > widened_capacity) {
+      widened.reset();  // before the larger one: the two are never both held
+      widened = std::make_unique_for_overwrite<float[]>(ti.n_elements);
+      widened_capacity = ti.n_elements;
+    }
+    const auto* src = reinterpret_cast<const std::uint16_t*>(ti.data);
+    if (ti.type == GgmlType::kF16) {
+      kernels::widen_f16(src, ti.n_elements, widened.get(), options.pool);
+    } else {
+      kernels::widen_bf16(src, ti.n_elements, widened.get(), options.pool);
+    }
+    return widened.get();
+  }
 
   absl::StatusOr<Linear> linear(const std::string& name, std::size_t n_in, std::size_t n_out,
                                 bool keep_pages = false) {
@@ -216,7 +232,7 @@ struct Loader {
     const bool converted =
         is_float && options.convert != LoadOptions::Convert::kNone && n_in % 32 == 0;
     if (converted) {
-      HEARTH_ASSIGN_OR_RETURN(auto x, to_float(f, ti));
+      HEARTH_ASSIGN_OR_RETURN(auto x, to_float(f, ti, options.pool));
       if (options.convert == LoadOptions::Convert::kQ8_0) {
         l = Linear::from_q8_0(to_q8_0(x).data(), n_out, n_in, options.pool);
       } else {
@@ -230,7 +246,8 @@ struct Loader {
           l = Linear::from_f32(reinterpret_cast<const float*>(ti.data), n_out, n_in);
           break;
         case GgmlType::kF16:
-          l = Linear::from_f16(reinterpret_cast<const std::uint16_t*>(ti.data), n_out, n_in);
+        case GgmlType::kBF16:
+          l = Linear::from_f32(widen(ti), n_out, n_in);
           break;
         case GgmlType::kQ8_0:
           l = Linear::from_q8_0(reinterpret_cast<const kernels::BlockQ8_0*>(ti.data), n_out, n_in,
@@ -240,11 +257,6 @@ struct Loader {
           l = Linear::from_q4_0(reinterpret_cast<const kernels::BlockQ4_0*>(ti.data), n_out, n_in,
                                 options.pool);
           break;
-        case GgmlType::kBF16: {
-          HEARTH_ASSIGN_OR_RETURN(auto x, to_float(f, ti));
-          l = Linear::from_f32(x.data(), n_out, n_in);
-          break;
-        }
         case GgmlType::kQ4_K:
           if (!options.kquants_as_f32) {
             l = Linear::from_q4_k(reinterpret_cast<const BlockQ4_K*>(ti.data), n_out, n_in,
@@ -377,7 +389,7 @@ absl::StatusOr<std::shared_ptr<const ModelWeights>> ModelWeights::load(
   w->file_ = file;
   const ModelConfig& c = w->config_;
   const GgufFile& f = *file;
-  Loader ld{f, options, {}, 0};
+  Loader ld{f, options, {}, 0, nullptr, 0};
 
   for (std::size_t i = 0; i < c.n_layer; ++i) {
     HEARTH_ASSIGN_OR_RETURN(auto layer, load_layer(ld, c, str_cat("blk.", i, ".")));

@@ -285,4 +285,14 @@ void scale_inplace(float* y, float s, std::size_t n, ThreadPool* pool) {
   for_elements(pool, n, [&](std::size_t b, std::size_t e) { k.scale(y + b, s, e - b); });
 }
 
+void widen_f16(const std::uint16_t* x, std::size_t n, float* y, ThreadPool* pool) {
+  const ActivationOpsKernels& k = internal::activation_ops_kernels();
+  for_elements(pool, n, [&](std::size_t b, std::size_t e) { k.dequant_f16(x + b, y + b, e - b); });
+}
+
+void widen_bf16(const std::uint16_t* x, std::size_t n, float* y, ThreadPool* pool) {
+  const ActivationOpsKernels& k = internal::activation_ops_kernels();
+  for_elements(pool, n, [&](std::size_t b, std::size_t e) { k.dequant_bf16(x + b, y + b, e - b); });
+}
+
 }  // namespace hearth::kernels

@@ -161,5 +161,9 @@ void add_rows_inplace(float* y, const float* bias, std::size_t rows, std::size_t
                       ThreadPool* pool = nullptr);
 // y[i] *= s for i < n.
 void scale_inplace(float* y, float s, std::size_t n, ThreadPool* pool = nullptr);
+// y[i] = x[i] for i < n, x IEEE fp16 (widen_f16) or bf16 (widen_bf16): exact
+// conversions, for float weights widened at load.
+void widen_f16(const std::uint16_t* x, std::size_t n, float* y, ThreadPool* pool = nullptr);
+void widen_bf16(const std::uint16_t* x, std::size_t n, float* y, ThreadPool* pool = nullptr);
 
 }  // namespace hearth::kernels

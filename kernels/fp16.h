@@ -15,7 +15,9 @@ inline float fp16_to_f32(std::uint16_t h) {
   std::uint32_t mant = h & 0x3ffu;
   std::uint32_t bits;
   if (exp == 0x1f) {
-    bits = sign | 0x7f800000u | (mant << 13);  // inf / nan
+    // inf, or a NaN made quiet as F16C's vcvtph2ps makes it (so the SIMD
+    // paths give these bits too).
+    bits = sign | 0x7f800000u | (mant << 13) | (mant != 0 ? 0x00400000u : 0u);
   } else if (exp != 0) {
     bits = sign | ((exp + 112) << 23) | (mant << 13);
   } else if (mant == 0) {

@@ -3,13 +3,14 @@
 #include <algorithm>
 #include <cstdlib>
 #include <cstring>
+#include <memory>
 #include <type_traits>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
+#include "kernels/activation_ops.h"
 #include "kernels/cpu_features.h"
-#include "kernels/fp16.h"
 #include "kernels/linear_impl.h"
 #include "memory/streamed_buffer.h"
 
@@ -319,9 +320,10 @@ absl::StatusOr<Linear> Linear::from_f16(const std::uint16_t* w, std::size_t n_ou
                                         std::size_t n_in) {
   HEARTH_RETURN_IF_ERROR(check_shape(n_out, n_in, false));
   if (w == nullptr) return absl::InvalidArgumentError("Linear::from_f16: w is null");
-  std::vector<float> f(n_out * n_in);
-  for (std::size_t i = 0; i < f.size(); ++i) f[i] = fp16_to_f32(w[i]);
-  return from_f32(f.data(), n_out, n_in);
+  // Left uninitialized: widen_f16 writes every element.
+  const std::unique_ptr<float[]> f = std::make_unique_for_overwrite<float[]>(n_out * n_in);
+  widen_f16(w, n_out * n_in, f.get());
+  return from_f32(f.get(), n_out, n_in);
 }
 
 absl::Status Linear::forward(const float* x, std::size_t m, float* y, MemoryAllocator& scratch,

@@ -106,7 +106,8 @@ class Linear {
   // Float weights, row-major n_out x n_in, copied (packed by XNNPACK). The
   // caller's buffer may be freed on return.
   static absl::StatusOr<Linear> from_f32(const float* w, std::size_t n_out, std::size_t n_in);
-  // IEEE half weights, row-major n_out x n_in, converted to float at load.
+  // IEEE half weights, row-major n_out x n_in, widened to float (exactly) and
+  // then taken as from_f32 does.
   static absl::StatusOr<Linear> from_f16(const std::uint16_t* w, std::size_t n_out,
                                          std::size_t n_in);
   // GGUF blocks, row-major: row r is w[r * n_in / 32 .. (r + 1) * n_in / 32).

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "kernels/cpu_features.h"
+#include "kernels/fp16.h"
 #include "kernels/thread_pool.h"
 #include "tests/support/heap_counter.h"
 
@@ -606,6 +607,31 @@ TEST(VectorHelpers, AddScaleAndBiasAreExactOnEveryPath) {
       add_rows_inplace(z.data(), b.data(), rows, n);
       for (std::size_t i = 0; i < z.size(); ++i)
         ASSERT_EQ(z[i], static_cast<float>(double(m[i]) + double(b[i % n]))) << isa_name(isa);
+    }
+  }
+}
+
+// --- widening ------------------------------------------------------------------
+
+// Every 16-bit pattern (NaNs and subnormals included, compared as bits) and 7
+// more, so that the length is odd (the SIMD paths end on a partial vector) and
+// above kActivationOpsParallelMinElements (the pool splits it), on every path.
+TEST(Widen, F16AndBf16AreExactForEveryBitPatternOnEveryPath) {
+  ThreadPool pool(2);
+  std::vector<std::uint16_t> h(65536 + 7);
+  for (std::size_t i = 0; i < h.size(); ++i) h[i] = static_cast<std::uint16_t>(i);
+  std::vector<float> y(h.size() + 1);
+  for (Isa isa : supported_isas()) {
+    ScopedIsa forced(isa);
+    for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
+      y.back() = -7.0f;
+      widen_f16(h.data(), h.size(), y.data(), p);
+      for (std::size_t i = 0; i < h.size(); ++i)
+        ASSERT_TRUE(same_bits(y[i], fp16_to_f32(h[i]))) << isa_name(isa) << " f16 " << h[i];
+      widen_bf16(h.data(), h.size(), y.data(), p);
+      for (std::size_t i = 0; i < h.size(); ++i)
+        ASSERT_TRUE(same_bits(y[i], bf16_to_f32(h[i]))) << isa_name(isa) << " bf16 " << h[i];
+      EXPECT_EQ(y.back(), -7.0f) << "written past n";
     }
   }
 }

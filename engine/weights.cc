@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
-#include <memory>
 
 #include "absl/status/status.h"
 #include "base/status_macros.h"
@@ -165,27 +164,6 @@ struct Loader {
   const LoadOptions& options;
   std::map<std::string, int> type_counts;
   std::size_t packed_bytes = 0;
-  // F16 and BF16 projections are widened here before XNNPACK copies them:
-  // one buffer for the whole load, so its pages are faulted in once (up to
-  // the largest such tensor), not once per tensor.
-  std::unique_ptr<float[]> widened;
-  std::size_t widened_capacity = 0;
-
-  // Tensor `ti` (F16 or BF16) as floats, widened on the load pool.
-  const float* widen(const GgufTensorInfo& ti) {
-    if (ti.n_elements > widened_capacity) {
-      widened.reset();  // before the larger one: the two are never both held
-      widened = std::make_unique_for_overwrite<float[]>(ti.n_elements);
-      widened_capacity = ti.n_elements;
-    }
-    const auto* src = reinterpret_cast<const std::uint16_t*>(ti.data);
-    if (ti.type == GgmlType::kF16) {
-      kernels::widen_f16(src, ti.n_elements, widened.get(), options.pool);
-    } else {
-      kernels::widen_bf16(src, ti.n_elements, widened.get(), options.pool);
-    }
-    return widened.get();
-  }
 
   absl::StatusOr<Linear> linear(const std::string& name, std::size_t n_in, std::size_t n_out,
                                 bool keep_pages = false) {
@@ -246,8 +224,12 @@ struct Loader {
           l = Linear::from_f32(reinterpret_cast<const float*>(ti.data), n_out, n_in);
           break;
         case GgmlType::kF16:
+          l = Linear::from_f16(reinterpret_cast<const std::uint16_t*>(ti.data), n_out, n_in,
+                               options.pool);
+          break;
         case GgmlType::kBF16:
-          l = Linear::from_f32(widen(ti), n_out, n_in);
+          l = Linear::from_bf16(reinterpret_cast<const std::uint16_t*>(ti.data), n_out, n_in,
+                                options.pool);
           break;
         case GgmlType::kQ8_0:
           l = Linear::from_q8_0(reinterpret_cast<const kernels::BlockQ8_0*>(ti.data), n_out, n_in,
@@ -389,7 +371,7 @@ absl::StatusOr<std::shared_ptr<const ModelWeights>> ModelWeights::load(
   w->file_ = file;
   const ModelConfig& c = w->config_;
   const GgufFile& f = *file;
-  Loader ld{f, options, {}, 0, nullptr, 0};
+  Loader ld{f, options, {}, 0};
 
   for (std::size_t i = 0; i < c.n_layer; ++i) {
     HEARTH_ASSIGN_OR_RETURN(auto layer, load_layer(ld, c, str_cat("blk.", i, ".")));

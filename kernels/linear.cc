@@ -85,6 +85,10 @@ absl::Status check_shape(std::size_t n_out, std::size_t n_in, bool quantized) {
   return absl::OkStatus();
 }
 
+bool is_half(Linear::Format f) { return f == Linear::Format::kF16 || f == Linear::Format::kBF16; }
+// Formats whose activations are quantized to int8 (the integer kernels).
+bool is_quantized(Linear::Format f) { return f != Linear::Format::kF32 && !is_half(f); }
+
 // The shape and pointer of K-quant super-blocks (rows of whole super-blocks).
 absl::Status check_k_quant(std::size_t n_out, std::size_t n_in, const void* w, const char* what) {
   HEARTH_RETURN_IF_ERROR(check_shape(n_out, n_in, true));
@@ -125,8 +129,12 @@ absl::StatusOr<Linear> Linear::allocate_packed(Format format, std::size_t n_out,
                                       ? blocks / kBlocksPerSuper * kQ6KSuperScaleBytes
                                       : blocks * kScaleBytes;
   l.groups_ = (n_out + kGroupRows - 1) / kGroupRows;
-  l.scales_offset_ = blocks * block_bytes;  // block_bytes is a multiple of 64
-  l.group_stride_ = l.scales_offset_ + round_up(scale_bytes, 64);
+  if (is_half(format)) {  // input i's 16 halves at 32 i; no scales
+    l.scales_offset_ = l.group_stride_ = round_up(n_in * kGroupRows * 2, 64);
+  } else {
+    l.scales_offset_ = blocks * block_bytes;  // block_bytes is a multiple of 64
+    l.group_stride_ = l.scales_offset_ + round_up(scale_bytes, 64);
+  }
   const std::size_t bytes = l.groups_ * l.group_stride_;
   l.packed_.reset(static_cast<std::uint8_t*>(allocate_streamed(bytes)));
   if (l.packed_ == nullptr)
@@ -316,14 +324,28 @@ absl::StatusOr<Linear> Linear::from_f32(const float* w, std::size_t n_out, std::
   return l;
 }
 
-absl::StatusOr<Linear> Linear::from_f16(const std::uint16_t* w, std::size_t n_out,
-                                        std::size_t n_in) {
+absl::StatusOr<Linear> Linear::pack_half(Format format, const std::uint16_t* w, std::size_t n_out,
+                                         std::size_t n_in, const char* what, ThreadPool* pool) {
   HEARTH_RETURN_IF_ERROR(check_shape(n_out, n_in, false));
-  if (w == nullptr) return absl::InvalidArgumentError("Linear::from_f16: w is null");
-  // Left uninitialized: widen_f16 writes every element.
-  const std::unique_ptr<float[]> f = std::make_unique_for_overwrite<float[]>(n_out * n_in);
-  widen_f16(w, n_out * n_in, f.get());
-  return from_f32(f.get(), n_out, n_in);
+  if (w == nullptr)
+    return absl::InvalidArgumentError(absl::StrCat("Linear::", what, ": w is null"));
+  HEARTH_ASSIGN_OR_RETURN(auto l, allocate_packed(format, n_out, n_in));
+  l.pack_groups(pool, [&](std::uint8_t* group, std::size_t row0, std::size_t rows) {
+    auto* dst = reinterpret_cast<std::uint16_t*>(group);
+    for (std::size_t i = 0; i < n_in; ++i)
+      for (std::size_t r = 0; r < rows; ++r) dst[i * kGroupRows + r] = w[(row0 + r) * n_in + i];
+  });
+  return l;
+}
+
+absl::StatusOr<Linear> Linear::from_f16(const std::uint16_t* w, std::size_t n_out, std::size_t n_in,
+                                        ThreadPool* pool) {
+  return pack_half(Format::kF16, w, n_out, n_in, "from_f16", pool);
+}
+
+absl::StatusOr<Linear> Linear::from_bf16(const std::uint16_t* w, std::size_t n_out,
+                                         std::size_t n_in, ThreadPool* pool) {
+  return pack_half(Format::kBF16, w, n_out, n_in, "from_bf16", pool);
 }
 
 absl::Status Linear::forward(const float* x, std::size_t m, float* y, MemoryAllocator& scratch,
@@ -337,6 +359,10 @@ absl::Status Linear::forward(const float* x, std::size_t m, float* y, MemoryAllo
     // Small products run on the caller: waking the pool costs more than they do.
     const bool parallel = threads > 1 && m * n_out_ * n_in_ >= kMinParallelMacs;
     return internal::xnnpack_run(*xnn_, x, m, y, parallel ? pool->handle() : nullptr);
+  }
+  if (is_half(format_)) {
+    run_half(x, m, y, pool);
+    return absl::OkStatus();
   }
   internal::QuantizedActivations a{};
   HEARTH_RETURN_IF_ERROR(quantize_input(x, m, scratch, pool, aq, a));
@@ -353,7 +379,7 @@ absl::Status Linear::forward_same_input(std::span<const Linear* const> layers, c
                                                    " layers but ", ys.size(), " outputs"));
   if (layers.empty() || m == 0) return absl::OkStatus();
   const Linear& first = *layers[0];
-  bool shared = first.format_ != Format::kF32;
+  bool shared = is_quantized(first.format_);
   for (std::size_t i = 0; i < layers.size(); ++i) {
     if (layers[i]->n_in_ != first.n_in_)
       return absl::InvalidArgumentError(absl::StrCat("Linear::forward_same_input: layer ", i,
@@ -363,7 +389,7 @@ absl::Status Linear::forward_same_input(std::span<const Linear* const> layers, c
       return absl::InvalidArgumentError("Linear::forward_same_input: x and y must not be null");
     shared = shared && layers[i]->format_ == first.format_;
   }
-  if (!shared) {  // float or mixed formats: nothing to share
+  if (!shared) {  // float, half or mixed formats: nothing to share
     for (std::size_t i = 0; i < layers.size(); ++i)
       HEARTH_RETURN_IF_ERROR(layers[i]->forward(x, m, ys[i], scratch, pool, aq));
     return absl::OkStatus();
@@ -407,7 +433,7 @@ std::size_t Linear::count_gemv_slices(std::span<const Linear* const> layers,
   if (pool == nullptr || pool->threads() <= 1 || layers.empty()) return 0;
   std::size_t macs = 0, slices = 0;
   for (const Linear* l : layers) {
-    if (l->format_ == Format::kF32 || l->format_ != layers[0]->format_) return 0;
+    if (!is_quantized(l->format_) || l->format_ != layers[0]->format_) return 0;
     macs += l->n_out_ * l->n_in_;
     slices += l->gemv_slices();
   }
@@ -500,6 +526,23 @@ internal::MatmulFn Linear::matmul_fn(bool per_token) const {
 
 internal::PackedWeights Linear::packed_weights() const {
   return {packed_.get(), group_stride_, scales_offset_, n_in_ / kQuantGroup, n_out_};
+}
+
+void Linear::run_half(const float* x, std::size_t m, float* y, ThreadPool* pool) const {
+  const internal::LinearKernels& k = linear_kernels();
+  const internal::HalfMatmulFn matmul = format_ == Format::kBF16 ? k.bf16 : k.f16;
+  const internal::HalfWeights w{reinterpret_cast<const std::uint16_t*>(packed_.get()),
+                                group_stride_ / 2, n_in_, n_out_};
+  const std::size_t threads = pool != nullptr ? pool->threads() : 1;
+  if (threads <= 1 || m * n_out_ * n_in_ < (m == 1 ? kMinParallelGemvMacs : kMinParallelMacs)) {
+    matmul(w, x, m, 0, groups_, y);
+    return;
+  }
+  // Threads split the outputs, never the sum over n_in (as run_quantized).
+  const std::size_t unit = kGemvSliceGroups;
+  pool->parallel_for((groups_ + unit - 1) / unit, 1, [&](std::size_t u0, std::size_t u1) {
+    matmul(w, x, m, u0 * unit, u1 * unit < groups_ ? u1 * unit : groups_, y);
+  });
 }
 
 void Linear::run_quantized(const internal::QuantizedActivations& a, float* y,

@@ -1,6 +1,7 @@
 // Linear layers: y = x W^T, for weights in GGUF Q8_0, Q4_0, Q4_K, Q5_K or Q6_K blocks (integer
-// dot products on activations quantized to int8 on the fly) or in float
-// (through XNNPACK).
+// dot products on activations quantized to int8 on the fly), in F16 or BF16
+// (float products on float activations, the weights kept as halves) or in
+// F32 (through XNNPACK).
 //
 // Shapes: W has n_out rows of n_in weights (GGUF row-major, one row per output
 // feature); x is m tokens x n_in floats, row-major; y is m x n_out floats,
@@ -38,9 +39,16 @@
 // quantization adds at most sum_b amax_b / 254 * sum_{i in b} |w_i| (per
 // token: amax of the row instead of the block's).
 //
-// Float path (kF32, and F16 weights converted at load): XNNPACK's
-// fully-connected operator, which packs its own copy of the weights. Results
-// differ from exact arithmetic by float reassociation only.
+// Float path (kF32): XNNPACK's fully-connected operator, which packs its own
+// copy of the weights. Results differ from exact arithmetic by float
+// reassociation only.
+//
+// Half path (kF16, kBF16): the weights stay halves, in row groups of 16 rows
+// (input i of the group's 16 rows side by side), and the activations stay
+// float: for each output row, acc = fma(float(w_i), x_i, acc) for i in
+// increasing order, so every ISA path and thread count give the same bits;
+// against exact arithmetic the error is at most about n_in * FLT_EPSILON *
+// sum_i |w_i x_i|.
 //
 // Thread safety: a Linear is immutable after construction and may be shared
 // by any number of threads; forward() is const and safe to call concurrently.
@@ -67,7 +75,7 @@
 // Bytes read per weight: 1.0625 (Q8_0), 0.5625 (Q4_0), as in the GGUF file;
 // 0.578 (Q4_K, 1.028x the file's 0.5625: the 6-bit scales and mins are
 // stored as bytes); 0.703 (Q5_K, 1.023x the file's 0.688); 0.820 (Q6_K, as in
-// the file: 4-bit nibbles, 2-bit tops).
+// the file: 4-bit nibbles, 2-bit tops); 2 (F16, BF16, as in the file).
 #pragma once
 
 #include <cstddef>
@@ -98,7 +106,7 @@ struct AlignedFree {
 
 class Linear {
  public:
-  enum class Format { kF32, kQ8_0, kQ4_0, kQ4_K, kQ5_K, kQ6_K };
+  enum class Format { kF32, kQ8_0, kQ4_0, kQ4_K, kQ5_K, kQ6_K, kF16, kBF16 };
   // How activations are quantized to int8 on the quantized path (ignored by
   // the float path): one scale per 32 inputs, or one per token.
   enum class ActivationQuant { kPerGroup32, kPerToken };
@@ -106,10 +114,15 @@ class Linear {
   // Float weights, row-major n_out x n_in, copied (packed by XNNPACK). The
   // caller's buffer may be freed on return.
   static absl::StatusOr<Linear> from_f32(const float* w, std::size_t n_out, std::size_t n_in);
-  // IEEE half weights, row-major n_out x n_in, widened to float (exactly) and
-  // then taken as from_f32 does.
+  // IEEE half (from_f16) or bfloat16 (from_bf16) weights, row-major n_out x
+  // n_in, any n_in: kept as halves in row groups (2 bytes per weight, as in
+  // the file) and computed in float by hearth's own kernels (see "Half
+  // path" above). With a `pool`, its threads pack row groups side by side;
+  // the result is the same either way.
   static absl::StatusOr<Linear> from_f16(const std::uint16_t* w, std::size_t n_out,
-                                         std::size_t n_in);
+                                         std::size_t n_in, ThreadPool* pool = nullptr);
+  static absl::StatusOr<Linear> from_bf16(const std::uint16_t* w, std::size_t n_out,
+                                          std::size_t n_in, ThreadPool* pool = nullptr);
   // GGUF blocks, row-major: row r is w[r * n_in / 32 .. (r + 1) * n_in / 32).
   // n_in must be a multiple of 32. The blocks are repacked; the caller's
   // buffer may be freed on return. With a `pool`, its threads pack row
@@ -139,9 +152,10 @@ class Linear {
   // Scratch: the quantized path takes about m x 1.25 n_in bytes (int8
   // activations in tiles of up to 8 tokens rounded up to 64 bytes, plus an
   // int32 and a float per 32 inputs) from `scratch`, on the calling thread,
-  // and nothing from the heap; the float path takes nothing (XNNPACK makes no
-  // allocation in setup or run for this operator). `pool` may be nullptr (run
-  // on the calling thread); small problems run on the calling thread anyway.
+  // and nothing from the heap; the half and float paths take nothing
+  // (XNNPACK makes no allocation in setup or run for this operator). `pool`
+  // may be nullptr (run on the calling thread); small problems run on the
+  // calling thread anyway.
   // Errors: ResourceExhausted when scratch cannot be allocated; Internal when
   // XNNPACK fails.
   absl::Status forward(const float* x, std::size_t m, float* y, MemoryAllocator& scratch,
@@ -197,6 +211,10 @@ class Linear {
                               ThreadPool* pool, ActivationQuant aq,
                               internal::QuantizedActivations& a) const;
   void run_quantized(const internal::QuantizedActivations& a, float* y, ThreadPool* pool) const;
+  // The half path (split across the pool when large enough).
+  void run_half(const float* x, std::size_t m, float* y, ThreadPool* pool) const;
+  static absl::StatusOr<Linear> pack_half(Format format, const std::uint16_t* w, std::size_t n_out,
+                                          std::size_t n_in, const char* what, ThreadPool* pool);
   // The active ISA's matmul for this format and activation granularity.
   internal::MatmulFn matmul_fn(bool per_token) const;
   // Slices of a one-token forward, the work items its threads share:
@@ -212,7 +230,7 @@ class Linear {
   Format format_ = Format::kF32;
   std::size_t n_in_ = 0;
   std::size_t n_out_ = 0;
-  // Quantized formats: the packed row groups (64-byte aligned).
+  // Quantized and half formats: the packed row groups (64-byte aligned).
   std::unique_ptr<std::uint8_t[], internal::AlignedFree> packed_;
   std::size_t groups_ = 0;         // ceil(n_out / 16)
   std::size_t group_stride_ = 0;   // bytes per row group, a multiple of 64

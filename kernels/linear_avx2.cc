@@ -70,6 +70,12 @@ constexpr std::size_t kWideDecodePrefetchBlocks = 4;
 
 #include "kernels/linear_tile_body.h"
 
+// Float weights stored as halves (kernels/linear_half_body.h).
+constexpr std::size_t kHalfGemvGroups = 2;
+constexpr std::size_t kHalfGemmGroups = 1;
+constexpr int kHalfGemmTokens = 6;
+#include "kernels/linear_half_body.h"
+
 // Int4 and K-quants: one half (8 rows) of row group g x all T tokens of
 // token tile `tile` (T is the tile's width). The half's block is unpacked
 // once into 8 registers of q (u[c]: inputs 4c..4c+3, u[c + 4]: inputs
@@ -246,9 +252,12 @@ void run(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0, 
 }  // namespace
 
 using enum WeightFormat;
-const LinearKernels kLinearAvx2 = {kTileTokensAvx2,   quantize_activations_avx2, run<kQ8_0, false>,
-                                   run<kQ8_0, true>,  run<kQ4_0, false>,         run<kQ4_0, true>,
-                                   run<kQ4_K, false>, run<kQ4_K, true>,          run<kQ5_K, false>,
-                                   run<kQ5_K, true>,  run<kQ6_K, false>,         run<kQ6_K, true>};
+const LinearKernels kLinearAvx2 = {kTileTokensAvx2,   quantize_activations_avx2,
+                                   run<kQ8_0, false>, run<kQ8_0, true>,
+                                   run<kQ4_0, false>, run<kQ4_0, true>,
+                                   run<kQ4_K, false>, run<kQ4_K, true>,
+                                   run<kQ5_K, false>, run<kQ5_K, true>,
+                                   run<kQ6_K, false>, run<kQ6_K, true>,
+                                   run_half<false>,   run_half<true>};
 
 }  // namespace hearth::kernels::internal

@@ -66,6 +66,12 @@ constexpr std::size_t kWideDecodePrefetchBlocks = 4;
 
 #include "kernels/linear_tile_body.h"
 
+// Float weights stored as halves (kernels/linear_half_body.h).
+constexpr std::size_t kHalfGemvGroups = 4;
+constexpr std::size_t kHalfGemmGroups = 2;
+constexpr int kHalfGemmTokens = 8;
+#include "kernels/linear_half_body.h"
+
 template <WeightFormat kF, bool kPerToken>
 void run(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0, std::size_t g1,
          std::size_t t0, std::size_t t1, float* y, std::size_t ldy) {
@@ -81,6 +87,7 @@ const LinearKernels kLinearAvx512 = {kTileTokensAvx512, quantize_activations_avx
                                      run<kQ4_0, false>, run<kQ4_0, true>,
                                      run<kQ4_K, false>, run<kQ4_K, true>,
                                      run<kQ5_K, false>, run<kQ5_K, true>,
-                                     run<kQ6_K, false>, run<kQ6_K, true>};
+                                     run<kQ6_K, false>, run<kQ6_K, true>,
+                                     run_half<false>,   run_half<true>};
 
 }  // namespace hearth::kernels::internal

@@ -165,6 +165,25 @@ void quantize_activations_avx512(const float* x, std::size_t t0, std::size_t t1,
 // (Linear balances the tiles of m tokens), since a register tile covers
 // exactly one token tile.
 //
+// Float weights stored as halves (IEEE fp16, or bfloat16): row groups of
+// kGroupRows rows, input i of group g's rows at data[g * group_stride + i *
+// kGroupRows + r] (group_stride = n_in * kGroupRows halves, rounded up to 32
+// so groups stay 64-byte aligned); the padding rows of the last group hold
+// +0. Every HalfMatmulFn computes, for each row r < n_out of groups [g0, g1)
+// and each of the m tokens of x (row-major, n_in floats per token):
+//   acc = 0; acc = fma(float(w[r][i]), x[t][i], acc) for i = 0, 1, ..., n_in - 1;
+//   y[t * n_out + r] = acc
+// one correctly rounded fma per input, in input order, so every path gives
+// bit-identical results.
+struct HalfWeights {
+  const std::uint16_t* data;
+  std::size_t group_stride;  // halves
+  std::size_t n_in;
+  std::size_t n_out;
+};
+using HalfMatmulFn = void (*)(const HalfWeights& w, const float* x, std::size_t m, std::size_t g0,
+                              std::size_t g1, float* y);
+
 // One ISA's linear kernels (the dispatch idiom of kernels/cpu_features.h):
 // its activation layout, its quantizer, and a matmul per weight format and
 // activation granularity (a.per_token must match the entry called).
@@ -176,6 +195,7 @@ struct LinearKernels {
   MatmulFn q4_k_per_group, q4_k_per_token;
   MatmulFn q5_k_per_group, q5_k_per_token;
   MatmulFn q6_k_per_group, q6_k_per_token;
+  HalfMatmulFn f16, bf16;
 };
 extern const LinearKernels kLinearScalar;
 extern const LinearKernels kLinearAvx2;

@@ -1,5 +1,5 @@
-// The scalar reference of the quantized linear layer: plain loops over the
-// packed layout (kernels/linear_impl.h). Every SIMD path must reproduce these
+// The scalar reference of the quantized and half-precision linear layers:
+// plain loops over the packed layouts (kernels/linear_impl.h). Every SIMD path must reproduce these
 // results bit for bit, so the float operations here are the specification:
 // per block, an exact int32 dot product, then one fused multiply-add into the
 // row's accumulator (and for Q4_K a second one, for the block's mins), blocks
@@ -148,6 +148,26 @@ void matmul_q6_k(const PackedWeights& w, const QuantizedActivations& a, std::siz
                  });
 }
 
+// Half weights (HalfMatmulFn): one std::fma per input, in input order.
+template <bool kBf16>
+void matmul_half(const HalfWeights& w, const float* x, std::size_t m, std::size_t g0,
+                 std::size_t g1, float* y) {
+  for (std::size_t g = g0; g < g1; ++g) {
+    const std::uint16_t* group = w.data + g * w.group_stride;
+    const std::size_t row0 = g * kGroupRows;
+    const std::size_t rows = w.n_out - row0 < kGroupRows ? w.n_out - row0 : kGroupRows;
+    for (std::size_t t = 0; t < m; ++t)
+      for (std::size_t r = 0; r < rows; ++r) {
+        float acc = 0.0f;
+        for (std::size_t i = 0; i < w.n_in; ++i) {
+          const std::uint16_t h = group[i * kGroupRows + r];
+          acc = std::fma(kBf16 ? bf16_to_f32(h) : fp16_to_f32(h), x[t * w.n_in + i], acc);
+        }
+        y[t * w.n_out + row0 + r] = acc;
+      }
+  }
+}
+
 }  // namespace
 
 TokenSlot token_slot(const QuantizedActivations& a, std::size_t t) {
@@ -159,11 +179,12 @@ TokenSlot token_slot(const QuantizedActivations& a, std::size_t t) {
 
 // Per group and per token alike (the scalar loop reads a.per_token itself).
 using enum WeightFormat;
-const LinearKernels kLinearScalar = {kTileTokensScalar, quantize_activations_scalar,
-                                     matmul<kQ8_0>,     matmul<kQ8_0>,
-                                     matmul<kQ4_0>,     matmul<kQ4_0>,
-                                     matmul<kQ4_K>,     matmul<kQ4_K>,
-                                     matmul<kQ5_K>,     matmul<kQ5_K>,
-                                     matmul_q6_k,       matmul_q6_k};
+const LinearKernels kLinearScalar = {kTileTokensScalar,  quantize_activations_scalar,
+                                     matmul<kQ8_0>,      matmul<kQ8_0>,
+                                     matmul<kQ4_0>,      matmul<kQ4_0>,
+                                     matmul<kQ4_K>,      matmul<kQ4_K>,
+                                     matmul<kQ5_K>,      matmul<kQ5_K>,
+                                     matmul_q6_k,        matmul_q6_k,
+                                     matmul_half<false>, matmul_half<true>};
 
 }  // namespace hearth::kernels::internal

@@ -595,7 +595,7 @@ TEST(Linear, F32AndF16MatchANaiveMatmul) {
     ASSERT_TRUE(l32.ok()) << l32.status();
     ASSERT_TRUE(l16.ok()) << l16.status();
     EXPECT_EQ(l32->format(), Format::kF32);
-    EXPECT_EQ(l16->format(), Format::kF32);
+    EXPECT_EQ(l16->format(), Format::kF16);
     ThreadPool pool(2);
     for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
       const std::vector<float> y32 = run(*l32, x, s.m, AQ::kPerGroup32, p);

@@ -157,14 +157,6 @@ void quantize_activations_avx2(const float* x, std::size_t t0, std::size_t t1, s
 void quantize_activations_avx512(const float* x, std::size_t t0, std::size_t t1,
                                  std::int32_t bias_c, const QuantizedActivations& a);
 
-// y[t * ldy + 16g + r] for row groups [g0, g1) and tokens [t0, t1) (rows >=
-// w.n_out are not written), accumulated in the order documented in
-// kernels/linear.h, is what every MatmulFn computes (the type is declared in
-// kernels/linear.h). Every implementation gives bit-identical results. t0 must
-// be a multiple of a.tile_tokens, and a.tile_tokens at most the ISA's own
-// (Linear balances the tiles of m tokens), since a register tile covers
-// exactly one token tile.
-//
 // Float weights stored as halves (IEEE fp16, or bfloat16): row groups of
 // kGroupRows rows, input i of group g's rows at data[g * group_stride + i *
 // kGroupRows + r] (group_stride = n_in * kGroupRows halves, rounded up to 32
@@ -184,9 +176,18 @@ struct HalfWeights {
 using HalfMatmulFn = void (*)(const HalfWeights& w, const float* x, std::size_t m, std::size_t g0,
                               std::size_t g1, float* y);
 
+// y[t * ldy + 16g + r] for row groups [g0, g1) and tokens [t0, t1) (rows >=
+// w.n_out are not written), accumulated in the order documented in
+// kernels/linear.h, is what every MatmulFn computes (the type is declared in
+// kernels/linear.h). Every implementation gives bit-identical results. t0 must
+// be a multiple of a.tile_tokens, and a.tile_tokens at most the ISA's own
+// (Linear balances the tiles of m tokens), since a register tile covers
+// exactly one token tile.
+//
 // One ISA's linear kernels (the dispatch idiom of kernels/cpu_features.h):
-// its activation layout, its quantizer, and a matmul per weight format and
-// activation granularity (a.per_token must match the entry called).
+// its activation layout, its quantizer, a matmul per weight format and
+// activation granularity (a.per_token must match the entry called), and the
+// half-weight matmuls.
 struct LinearKernels {
   std::size_t tile_tokens;  // kTileTokens* of the ISA
   QuantizeFn quantize;

@@ -1,9 +1,10 @@
 // The scalar reference of the quantized and half-precision linear layers:
-// plain loops over the packed layouts (kernels/linear_impl.h). Every SIMD path must reproduce these
-// results bit for bit, so the float operations here are the specification:
-// per block, an exact int32 dot product, then one fused multiply-add into the
-// row's accumulator (and for Q4_K a second one, for the block's mins), blocks
-// in increasing order.
+// plain loops over the packed layouts (kernels/linear_impl.h). Every SIMD
+// path must reproduce these results bit for bit, so the float operations
+// here are the specification: per block, an exact int32 dot product, then
+// one fused multiply-add into the row's accumulator (and for Q4_K a second
+// one, for the block's mins), blocks in increasing order; for halves, one
+// fused multiply-add per input, inputs in increasing order.
 #include <cmath>
 #include <cstring>
 

@@ -2,11 +2,12 @@
 // model at once, each instance driving its own engine::Sequence, and every
 // sequence must get exactly what it gets alone.
 //
-// Models: the real stories260K (F32 weights: the XNNPACK float path) and two
-// small synthetic models with Q8_0 and Q4_0 weights (embedding, projections
-// and output all quantized), so that the int8 and int4 GEMM kernels run with
-// M > 1 rows mixing several sequences; each with a float and an int8 KV
-// cache. The stories260K cases skip when ../shared is absent.
+// Models: the real stories260K (F32 weights: the XNNPACK float path) and
+// three small synthetic models with Q8_0, Q4_0 and F16 weights (embedding,
+// projections and output all of that type), so that the int8, int4 and half
+// GEMM kernels run with M > 1 rows mixing several sequences; each with a
+// float and an int8 KV cache. The stories260K cases skip when ../shared is
+// absent.
 //
 // Everything is deterministic: fixed prompts and seeds, greedy or seeded
 // sampling, no sleeps and no clocks. The references are the same requests run
@@ -53,7 +54,7 @@ const bool kTwoKernelThreads = kernels::set_default_thread_count(2);
 
 // ---------------------------------------------------------------- models
 
-enum class Weights { kStoriesF32, kSyntheticQ8_0, kSyntheticQ4_0 };
+enum class Weights { kStoriesF32, kSyntheticQ8_0, kSyntheticQ4_0, kSyntheticF16 };
 
 const char* weights_name(Weights w) {
   switch (w) {
@@ -63,6 +64,8 @@ const char* weights_name(Weights w) {
       return "SyntheticQ8_0";
     case Weights::kSyntheticQ4_0:
       return "SyntheticQ4_0";
+    case Weights::kSyntheticF16:
+      return "SyntheticF16";
   }
   return "?";
 }
@@ -110,8 +113,10 @@ std::unique_ptr<Model> load_model(Weights which) {
     }
     m->file = std::move(*f);
   } else {
-    auto bytes = synthesize_model(
-        synthetic_spec(which == Weights::kSyntheticQ8_0 ? GgmlType::kQ8_0 : GgmlType::kQ4_0));
+    auto bytes =
+        synthesize_model(synthetic_spec(which == Weights::kSyntheticQ8_0   ? GgmlType::kQ8_0
+                                        : which == Weights::kSyntheticQ4_0 ? GgmlType::kQ4_0
+                                                                           : GgmlType::kF16));
     if (!bytes.ok()) {
       ADD_FAILURE() << bytes.status();
       return nullptr;
@@ -590,7 +595,8 @@ TEST_P(Batched, NewcomerPrefillingMidBatchDoesNotChangeTheOthers) {
 
 std::vector<Combo> all_combos() {
   std::vector<Combo> out;
-  for (Weights w : {Weights::kStoriesF32, Weights::kSyntheticQ8_0, Weights::kSyntheticQ4_0})
+  for (Weights w : {Weights::kStoriesF32, Weights::kSyntheticQ8_0, Weights::kSyntheticQ4_0,
+                    Weights::kSyntheticF16})
     for (KvCacheType kv : {KvCacheType::kFloat, KvCacheType::kInt8}) out.push_back({w, kv});
   return out;
 }

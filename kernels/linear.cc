@@ -538,7 +538,8 @@ void Linear::run_half(const float* x, std::size_t m, float* y, ThreadPool* pool)
     matmul(w, x, m, 0, groups_, y);
     return;
   }
-  // Threads split the outputs, never the sum over n_in (as run_quantized).
+  // Threads split the outputs, never the sum over n_in (as run_quantized),
+  // in chunks of 4 row groups: whole tiles of every ISA's half kernels.
   const std::size_t unit = kGemvSliceGroups;
   pool->parallel_for((groups_ + unit - 1) / unit, 1, [&](std::size_t u0, std::size_t u1) {
     matmul(w, x, m, u0 * unit, u1 * unit < groups_ ? u1 * unit : groups_, y);

@@ -58,8 +58,8 @@ constexpr std::size_t kWideDecodePrefetchBlocks = 4;
 
 // Float weights stored as halves (kernels/linear_half_body.h).
 constexpr std::size_t kHalfGemvGroups = 4;
-constexpr std::size_t kHalfGemmGroups = 2;
-constexpr int kHalfGemmTokens = 8;
+constexpr std::size_t kHalfGemmGroups = 4;
+constexpr int kHalfGemmTokens = 6;
 #include "kernels/linear_half_body.h"
 
 template <WeightFormat kF, bool kPerToken>

@@ -8,6 +8,8 @@
 //   kHalfGemvGroups   row groups of a one-token tile (independent fma chains
 //                     enough to hide the fma's latency)
 //   kHalfGemmGroups, kHalfGemmTokens   the register tile of several tokens
+//                     (units x tokens each at most 8, the loops' unroll
+//                     pragmas: longer loops keep their accumulators in memory)
 // Each (row, token) accumulator takes one fma per input in input order,
 // the contract of linear_impl.h, so the tile shapes change only how many
 // accumulators run side by side, never the bits.

@@ -52,7 +52,7 @@
 //
 // Thread safety: a Linear is immutable after construction and may be shared
 // by any number of threads; forward() is const and safe to call concurrently.
-// The quantized path keeps no state at all. XNNPACK's operator is stateful
+// The quantized and half paths keep no state at all. XNNPACK's operator is stateful
 // (setup stores the pointers of one call), so the float path runs setup + run
 // under a mutex owned by the Linear: concurrent float forwards of one Linear
 // are serialised (each still uses the whole pool).

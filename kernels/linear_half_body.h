@@ -2,9 +2,9 @@
 // HalfMatmulFn, F16 and BF16), written once for every vector ISA. Not a
 // normal header: linear_avx2.cc, linear_avx512.cc and linear_avx512vnni.cc
 // include it inside their anonymous namespace after
-// kernels/linear_tile_body.h (whose store_tile it uses), with their float
-// primitives (load_f16, load_bf16, set1, fmadd, zero) and two tile shapes
-// defined:
+// kernels/linear_tile_body.h (whose store_tile and with_width it uses), with
+// their float primitives (load_f16, load_bf16, set1, fmadd, zero) and two
+// tile shapes defined:
 //   kHalfGemvGroups   row groups of a one-token tile (independent fma chains
 //                     enough to hide the fma's latency)
 //   kHalfGemmGroups, kHalfGemmTokens   the register tile of several tokens
@@ -50,13 +50,6 @@ void half_tile(const HalfWeights& w, const float* x, std::size_t g, std::size_t 
   store_tile<G, T, false>(acc, w.n_out, g, nullptr, y + t0 * w.n_out, w.n_out);
 }
 
-// half_tile<G, n> for the n (1..T-1) tokens left after the whole tiles.
-template <int G, bool kBf16, int... Ts>
-void half_tail(std::size_t n, const HalfWeights& w, const float* x, std::size_t g, std::size_t t0,
-               float* y, std::integer_sequence<int, Ts...>) {
-  (void)((n == Ts + 1 && (half_tile<G, Ts + 1, kBf16>(w, x, g, t0, y), true)) || ...);
-}
-
 // Every token over row groups [g, g + G): whole tiles of kHalfGemmTokens,
 // then the rest. The G groups' weights stay in L2 while the tokens pass.
 template <int G, bool kBf16>
@@ -64,7 +57,8 @@ void half_groups(const HalfWeights& w, const float* x, std::size_t m, std::size_
   constexpr int T = kHalfGemmTokens;
   std::size_t t = 0;
   for (; t + T <= m; t += T) half_tile<G, T, kBf16>(w, x, g, t, y);
-  if (t < m) half_tail<G, kBf16>(m - t, w, x, g, t, y, std::make_integer_sequence<int, T - 1>{});
+  // The n (1..T-1) tokens left after the whole tiles.
+  with_width<T - 1>(m - t, [&]<int N>() { half_tile<G, N, kBf16>(w, x, g, t, y); });
 }
 
 template <bool kBf16>

@@ -511,23 +511,25 @@ void tile(const PackedWeights& w, const QuantizedActivations& a, std::size_t g, 
   }
 }
 
+// Calls f.template operator()<N>() for the N in 1..kMax equal to n (a width
+// known at run time, as a template argument); nothing when n is outside.
+template <int kMax, typename F>
+inline __attribute__((always_inline)) void with_width(std::size_t n, F&& f) {
+  const auto pick = [&]<int... Ns>(std::integer_sequence<int, Ns...>) {
+    (void)((n == Ns + 1 && (f.template operator()<Ns + 1>(), true)) || ...);
+  };
+  pick(std::make_integer_sequence<int, kMax>{});
+}
+
 // tile<G, T> for a whole token tile of `tokens` (1..kMaxT) tokens, T chosen
 // at run time.
-template <int G, WeightFormat kF, bool kPerToken, int... Ts>
-void whole_tile(std::size_t tokens, const PackedWeights& w, const QuantizedActivations& a,
-                std::size_t g, std::size_t p, float* y, std::size_t ldy, const std::uint8_t* pf,
-                std::size_t pf_lines, std::integer_sequence<int, Ts...>) {
-  (void)((tokens == Ts + 1 &&
-          (tile<G, Ts + 1, kF, kPerToken, Ts + 1>(w, a, g, p, 0, Ts + 1, y, ldy, pf, pf_lines),
-           true)) ||
-         ...);
-}
 template <int G, int kMaxT, WeightFormat kF, bool kPerToken>
 void whole_tile(std::size_t tokens, const PackedWeights& w, const QuantizedActivations& a,
                 std::size_t g, std::size_t p, float* y, std::size_t ldy,
                 const std::uint8_t* pf = nullptr, std::size_t pf_lines = 0) {
-  whole_tile<G, kF, kPerToken>(tokens, w, a, g, p, y, ldy, pf, pf_lines,
-                               std::make_integer_sequence<int, kMaxT>{});
+  with_width<kMaxT>(tokens, [&]<int T>() {
+    tile<G, T, kF, kPerToken, T>(w, a, g, p, 0, T, y, ldy, pf, pf_lines);
+  });
 }
 
 // The schedule of the 16-row (one vector per group) ISAs. Decode (one

@@ -9,7 +9,6 @@
 
 #include "absl/strings/str_cat.h"
 #include "base/status_macros.h"
-#include "kernels/activation_ops.h"
 #include "kernels/cpu_features.h"
 #include "kernels/linear_impl.h"
 #include "memory/streamed_buffer.h"

@@ -161,25 +161,34 @@ std::size_t StepLoop::schedule_prompts(std::size_t decode_rows) {
   for (Active* a : active_)
     if (a->sequence->prefilling() && a->sink->has_room(kPiecesPerStep)) prompting_.push_back(a);
   if (prompting_.empty()) return 0;
-  // Others by prompt tokens left, fewest first; ties stay oldest first
-  // (an insertion sort: stable, and no heap allocation in the loop).
+  Active* const oldest = prompting_.front();  // active_ is in arrival order
+  // By prompt tokens left, fewest first; ties stay oldest first (an
+  // insertion sort: stable, and no heap allocation in the loop).
   auto left_of = [](const Active* a) { return a->sequence->prompt_tokens_left(); };
-  for (std::size_t i = 2; i < prompting_.size(); ++i)
-    for (std::size_t j = i; j > 1 && left_of(prompting_[j - 1]) > left_of(prompting_[j]); --j)
+  for (std::size_t i = 1; i < prompting_.size(); ++i)
+    for (std::size_t j = i; j > 0 && left_of(prompting_[j - 1]) > left_of(prompting_[j]); --j)
       std::swap(prompting_[j - 1], prompting_[j]);
-  Active& oldest = *prompting_.front();
-  std::size_t rows = 0;
+  // The step's prompt rows: what the decode rows leave of the budget, but at
+  // least half the budget while the oldest prompt has that much left, so
+  // prefill goes on while decode rows fill the budget.
   const std::size_t budget_left =
       options_.step_tokens > decode_rows ? options_.step_tokens - decode_rows : 0;
   const std::size_t half = std::max<std::size_t>(options_.step_tokens / 2, 1);
-  const std::size_t reserved = std::min(left_of(&oldest), half);
-  std::size_t spare = budget_left > reserved ? budget_left - reserved : 0;
-  for (std::size_t i = 1; i < prompting_.size() && spare > 0; ++i) {
-    const std::size_t take = std::min(left_of(prompting_[i]), spare);
-    rows += add_chunk(*prompting_[i], take);
+  const std::size_t prompt_rows = std::max(budget_left, std::min(left_of(oldest), half));
+  // The oldest prompt is sure of half of them, so short prompts arriving
+  // one after another cannot stall it; the rest go fewest tokens left first
+  // (the oldest among them), so a short prompt is not queued behind a long
+  // one's whole prefill.
+  const std::size_t reserved = std::min(left_of(oldest), prompt_rows - prompt_rows / 2);
+  std::size_t spare = prompt_rows - reserved;
+  std::size_t rows = 0;
+  for (Active* a : prompting_) {
+    const std::size_t own = a == oldest ? reserved : 0;
+    const std::size_t take = std::min(left_of(a) - own, spare);
     spare -= take;
+    if (own + take > 0) rows += add_chunk(*a, own + take);
   }
-  return rows + add_chunk(oldest, reserved + spare);
+  return rows;
 }
 
 void StepLoop::loop() {

@@ -10,12 +10,12 @@
 //   2. picks the rows of the step under its token budget (step_tokens):
 //      one decode token for every decoding sequence whose sink has room,
 //      then prompt chunks of the prefilling ones in what is left of the
-//      budget. The oldest prompt gets at least half the budget (at least
-//      one token), even past it, so a prompt progresses while decode rows
-//      fill the budget, and never stalls the running streams for more than
-//      a budget's worth of work; the rest goes to the other prompts, fewest
-//      tokens left first, so a short prompt is not queued behind a long
-//      one's whole prefill; what they leave goes to the oldest too;
+//      budget, but at least half the budget (at least one token), even past
+//      it, so prompts progress while decode rows fill the budget, and never
+//      stall the running streams for more than a budget's worth of work.
+//      The oldest prompt is sure of half of those rows; the rest go fewest
+//      tokens left first (the oldest among them), so a short prompt is not
+//      queued behind a long one's whole prefill;
 //   3. runs engine::BatchedForward::step over them, samples each sequence
 //      (its own Sampler, StopMatcher and TokenStreamDecoder) and hands its
 //      pieces to its sink, on this thread;

@@ -141,8 +141,9 @@ TEST(StepLoopUnit, SteadyBatchedDecodeMakesNoHeapAllocationThroughTheRealLoop) {
       << "heap allocations while four streams decoded in batched steps";
 }
 
-// Records (sequences, tokens) of every step; after_first_step, when set,
-// runs on the loop's thread after the first step is recorded.
+// Records (sequences, tokens) of every step; after_first_step and
+// after_step (given the step's sequences), when set, run on the loop's
+// thread after a step is recorded.
 class StepShapes final : public StepObserver {
  public:
   void on_step(const std::string&, std::size_t sequences, std::size_t tokens, double) override {
@@ -153,8 +154,10 @@ class StepShapes final : public StepObserver {
       shapes_.emplace_back(sequences, tokens);
     }
     if (first && after_first_step) after_first_step();
+    if (after_step) after_step(sequences);
   }
   std::function<void()> after_first_step;
+  std::function<void(std::size_t)> after_step;
   std::vector<std::pair<std::size_t, std::size_t>> shapes() const {
     std::lock_guard lock(mu_);
     return shapes_;
@@ -177,8 +180,8 @@ ModelSpec demo_spec(std::size_t instances, std::size_t step_tokens) {
 }
 
 // One greedy Generate of `max_tokens` tokens (EOS ignored) through `path`,
-// its pieces to `writer`, which it finishes.
-absl::Status generate(RequestPath& path, PieceWriter& writer, std::string prompt,
+// its pieces to `sink`.
+absl::Status generate(RequestPath& path, PieceSink& sink, std::string prompt,
                       std::size_t max_tokens) {
   GenerateCall call;
   call.method = "Generate";
@@ -186,9 +189,15 @@ absl::Status generate(RequestPath& path, PieceWriter& writer, std::string prompt
   call.request.prompt = std::move(prompt);
   call.request.max_tokens = max_tokens;
   call.request.ignore_eos = true;
-  PieceWriterSink sink(writer);
   RequestRecord record;
-  absl::Status st = path.generate(call, sink, CallContext{}, record).status();
+  return path.generate(call, sink, CallContext{}, record).status();
+}
+
+// The same, its pieces to `writer`, which it finishes.
+absl::Status generate(RequestPath& path, PieceWriter& writer, std::string prompt,
+                      std::size_t max_tokens) {
+  PieceWriterSink sink(writer);
+  absl::Status st = generate(path, sink, std::move(prompt), max_tokens);
   writer.finish();
   return st;
 }
@@ -302,6 +311,98 @@ TEST(StepLoopUnit, AShortPromptIsNotQueuedBehindALongPrefill) {
     return shape.first == 1 && shape.second == 8;
   });
   EXPECT_GE(long_alone, 3) << "the long prefill had ended before the short prompt ran";
+}
+
+// A sink that notes, on the step loop's thread, how many steps had been
+// recorded when its first token came: the step that sampled it.
+class FirstTokenStep final : public PieceSink {
+ public:
+  explicit FirstTokenStep(const StepShapes& steps) : steps_(steps) {}
+  bool has_room(std::size_t) const override { return true; }
+  bool failed() const override { return false; }
+  void piece(std::string_view, std::int32_t token, const PieceLogprobs*) override {
+    if (token >= 0 && step_ < 0) step_ = static_cast<long>(steps_.shapes().size());
+  }
+  long step() const { return step_; }  // read after the generation returned
+
+ private:
+  const StepShapes& steps_;
+  long step_ = -1;
+};
+
+// With --step-tokens 4 and two sequences decoding, a long prompt being
+// prefilled (the oldest) and a short one that arrives meanwhile split the
+// two rows the decoders leave: the short prompt gets its first token long
+// before the long one's prefill ends, instead of waiting for all of it, and
+// no step runs more than the budget. The loop is held after the long
+// prompt's first step until the short request is handed over, so the order
+// is an event, not a race.
+TEST(StepLoopUnit, PromptsShareTheRowsTheDecodersLeave) {
+  ModelRegistry registry({demo_spec(4, 4)});
+  StepShapes steps;
+  std::mutex mu;
+  std::condition_variable cv;
+  std::size_t decoding = 0;                        // guarded by mu
+  bool held = false, released = false;             // guarded by mu
+  steps.after_step = [&](std::size_t sequences) {  // the first step of three sequences
+    std::unique_lock lock(mu);
+    if (sequences != 3 || held) return;
+    held = true;
+    cv.notify_all();
+    cv.wait(lock, [&] { return released; });
+  };
+  ASSERT_TRUE(registry.load_all(nullptr, false, {}, &steps).ok());
+  absl::StatusOr<ModelPool*> pool = registry.find("demo");
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  RequestPath path(registry, RequestPathOptions{});
+
+  std::array<PieceWriter, 2> decoders;
+  for (PieceWriter& w : decoders) {
+    w.begin([&, seen = false](std::string_view, std::int32_t token, const PieceLogprobs*) mutable {
+      if (token >= 0 && !seen) {
+        seen = true;
+        std::lock_guard lock(mu);
+        ++decoding;
+        cv.notify_all();
+      }
+      return true;
+    });
+  }
+  FirstTokenStep long_sink(steps), short_sink(steps);
+  std::array<absl::Status, 4> status;
+  std::vector<std::thread> clients;
+  for (std::size_t s = 0; s < 2; ++s)
+    clients.emplace_back(
+        [&, s] { status[s] = generate(path, decoders[s], "decoder " + std::to_string(s), 400); });
+  {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return decoding == 2; });
+  }
+  std::string long_prompt;
+  for (int i = 0; i < 20; ++i) long_prompt += "the newcomer waits ";
+  clients.emplace_back([&] { status[2] = generate(path, long_sink, long_prompt, 1); });
+  {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return held; });
+  }
+  clients.emplace_back([&] { status[3] = generate(path, short_sink, "once upon", 1); });
+  while ((*pool)->step_loop().running() < 4) std::this_thread::yield();  // handed over
+  {
+    std::lock_guard lock(mu);
+    released = true;
+    cv.notify_all();
+  }
+  for (std::thread& t : clients) t.join();
+  for (const absl::Status& st : status) EXPECT_TRUE(st.ok()) << st;
+
+  ASSERT_GE(short_sink.step(), 0);
+  ASSERT_GE(long_sink.step(), 0);
+  EXPECT_LT(short_sink.step() + 10, long_sink.step())
+      << "the short prompt's first token came at step " << short_sink.step()
+      << ", the long one's at step " << long_sink.step();
+  const auto shapes = steps.shapes();
+  for (std::size_t i = 0; i < shapes.size(); ++i)
+    EXPECT_LE(shapes[i].second, 4u) << "step " << i << " ran past the budget";
 }
 
 }  // namespace

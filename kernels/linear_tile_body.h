@@ -29,7 +29,6 @@
 //                                prefetches int4 blocks itself (when
 //                                a.decode_prefetch)
 //   kWideDecodePrefetchBlocks    the same for Q5_K and Q6_K blocks
-//   kVectorRegisters             (simd_*.h) the ISA's vector registers
 
 // A Q4_K / Q5_K super-block's row scales for unit u (0..kUnits-1) of the
 // group whose scales start at group_sp: d and dmin, converted once per
@@ -397,9 +396,10 @@ void tile_wide(const PackedWeights& w, const QuantizedActivations& a, std::size_
   constexpr bool kSix = kF == WeightFormat::kQ6_K;
   constexpr std::size_t kBlockBytes = kSix ? kQ6BlockBytes : kQ5BlockBytes;
   // One token: nothing to reuse across tokens, so each unit is unpacked and
-  // multiplied before the next. With 16 registers, unpacking all H units
-  // first spilled most of them to the stack (docs/performance.md).
-  constexpr bool kUnitAtATime = T == 1 && kVectorRegisters < 32;
+  // multiplied before the next. Unpacking all H units first spilled most of
+  // them to the stack with 16 registers, and some with 32 (the AVX-512 Q5_K
+  // tile ran 6% slower; docs/performance.md).
+  constexpr bool kUnitAtATime = T == 1;
   Vec facc[H][T];
 #pragma GCC unroll 8
   for (int h = 0; h < H; ++h)

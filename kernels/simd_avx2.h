@@ -58,7 +58,6 @@ static inline __m256i tail_mask(std::size_t n) {
 // are written against; kernels/simd_avx512.h defines the same names.
 using Vec = __m256;
 inline constexpr std::size_t kLanes = 8;
-inline constexpr int kVectorRegisters = 16;  // ymm0-ymm15
 static inline Vec zero() { return _mm256_setzero_ps(); }
 static inline Vec set1(float x) { return _mm256_set1_ps(x); }
 static inline Vec loadu(const float* p) { return _mm256_loadu_ps(p); }

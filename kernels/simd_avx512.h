@@ -24,7 +24,6 @@ static inline __mmask16 tail_mask(std::size_t n) { return static_cast<__mmask16>
 // are written against; kernels/simd_avx2.h defines the same names.
 using Vec = __m512;
 inline constexpr std::size_t kLanes = 16;
-inline constexpr int kVectorRegisters = 32;  // zmm0-zmm31
 static inline Vec zero() { return _mm512_setzero_ps(); }
 static inline Vec set1(float x) { return _mm512_set1_ps(x); }
 static inline Vec loadu(const float* p) { return _mm512_loadu_ps(p); }

@@ -240,29 +240,21 @@ struct Loader {
                                 options.pool);
           break;
         case GgmlType::kQ4_K:
-          if (!options.kquants_as_f32) {
+        case GgmlType::kQ5_K:
+        case GgmlType::kQ6_K: {
+          if (options.kquants_as_f32) {
+            HEARTH_ASSIGN_OR_RETURN(auto x, to_float(f, ti));
+            l = Linear::from_f32(x.data(), n_out, n_in);
+          } else if (ti.type == GgmlType::kQ4_K) {
             l = Linear::from_q4_k(reinterpret_cast<const BlockQ4_K*>(ti.data), n_out, n_in,
                                   options.pool);
-            break;
-          }
-          [[fallthrough]];
-        case GgmlType::kQ5_K:
-          if (ti.type == GgmlType::kQ5_K && !options.kquants_as_f32) {
+          } else if (ti.type == GgmlType::kQ5_K) {
             l = Linear::from_q5_k(reinterpret_cast<const BlockQ5_K*>(ti.data), n_out, n_in,
                                   options.pool);
-            break;
-          }
-          [[fallthrough]];
-        case GgmlType::kQ6_K: {
-          if (ti.type == GgmlType::kQ6_K && !options.kquants_as_f32) {
+          } else {
             l = Linear::from_q6_k(reinterpret_cast<const BlockQ6_K*>(ti.data), n_out, n_in,
                                   options.pool);
-            break;
           }
-          HEARTH_ASSIGN_OR_RETURN(auto x, to_float(f, ti));
-          l = options.kquants_as_f32
-                  ? Linear::from_f32(x.data(), n_out, n_in)
-                  : Linear::from_q8_0(to_q8_0(x).data(), n_out, n_in, options.pool);
           break;
         }
         default: {

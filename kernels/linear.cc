@@ -117,20 +117,20 @@ absl::StatusOr<Linear> Linear::allocate_packed(Format format, std::size_t n_out,
   l.format_ = format;
   l.n_in_ = n_in;
   l.n_out_ = n_out;
-  const std::size_t blocks = n_in / kQuantGroup;
-  const std::size_t block_bytes = format == Format::kQ8_0   ? kQ8BlockBytes
-                                  : format == Format::kQ6_K ? kQ6BlockBytes
-                                  : format == Format::kQ5_K ? kQ5BlockBytes
-                                                            : kQ4BlockBytes;
-  const std::size_t scale_bytes = format == Format::kQ4_K || format == Format::kQ5_K
-                                      ? blocks / kBlocksPerSuper * kQ4KSuperScaleBytes
-                                  : format == Format::kQ6_K
-                                      ? blocks / kBlocksPerSuper * kQ6KSuperScaleBytes
-                                      : blocks * kScaleBytes;
   l.groups_ = (n_out + kGroupRows - 1) / kGroupRows;
   if (is_half(format)) {  // input i's 16 halves at 32 i; no scales
     l.scales_offset_ = l.group_stride_ = round_up(n_in * kGroupRows * 2, 64);
   } else {
+    const std::size_t blocks = n_in / kQuantGroup;
+    const std::size_t block_bytes = format == Format::kQ8_0   ? kQ8BlockBytes
+                                    : format == Format::kQ6_K ? kQ6BlockBytes
+                                    : format == Format::kQ5_K ? kQ5BlockBytes
+                                                              : kQ4BlockBytes;
+    const std::size_t scale_bytes = format == Format::kQ4_K || format == Format::kQ5_K
+                                        ? blocks / kBlocksPerSuper * kQ4KSuperScaleBytes
+                                    : format == Format::kQ6_K
+                                        ? blocks / kBlocksPerSuper * kQ6KSuperScaleBytes
+                                        : blocks * kScaleBytes;
     l.scales_offset_ = blocks * block_bytes;  // block_bytes is a multiple of 64
     l.group_stride_ = l.scales_offset_ + round_up(scale_bytes, 64);
   }

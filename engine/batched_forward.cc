@@ -30,7 +30,7 @@ absl::StatusOr<std::unique_ptr<BatchedForward>> BatchedForward::create(
   std::unique_ptr<BatchedForward> b(new BatchedForward());
   b->weights_ = std::move(weights);
   b->options_ = options;
-  if (b->options_.pool == nullptr) b->options_.pool = &kernels::default_thread_pool();
+  b->options_.pool = kernels::pool_or_default(b->options_.pool);
   const ModelConfig& c = b->weights_->config();
   const std::size_t rows = options.max_tokens;
   b->planned_bytes_ = ActivationBuffers::bytes_for(c, rows, kAlign) +

@@ -46,8 +46,7 @@ absl::StatusOr<std::unique_ptr<Module>> Module::load(std::shared_ptr<const GgufF
                                                      MemoryAllocator* planned,
                                                      MemoryAllocator* temp) {
   LoadOptions load_options = options.load;  // packed on the instance's kernel threads by default
-  if (load_options.pool == nullptr)
-    load_options.pool = options.pool != nullptr ? options.pool : &kernels::default_thread_pool();
+  if (load_options.pool == nullptr) load_options.pool = kernels::pool_or_default(options.pool);
   HEARTH_ASSIGN_OR_RETURN(auto weights, ModelWeights::load(std::move(file), load_options));
   return load(std::move(weights), options, planned, temp);
 }
@@ -65,7 +64,7 @@ absl::StatusOr<std::unique_ptr<Module>> Module::load(std::shared_ptr<const Model
   m->weights_ = std::move(weights);
   m->options_ = options;
   m->temp_ = temp;
-  m->pool_ = options.pool != nullptr ? options.pool : &kernels::default_thread_pool();
+  m->pool_ = kernels::pool_or_default(options.pool);
   const ModelConfig& c = m->config();
   m->context_ = options.context_length != 0 ? options.context_length
                                             : std::min<std::size_t>(c.n_ctx_train, 4096);

@@ -179,6 +179,10 @@ class ThreadPool {
 // The shared pool, created on first use with set_default_thread_count()'s
 // value (default: physical cores).
 ThreadPool& default_thread_pool();
+// `pool`, or the shared pool when it is nullptr (the options' convention).
+inline ThreadPool* pool_or_default(ThreadPool* pool) {
+  return pool != nullptr ? pool : &default_thread_pool();
+}
 // Sets the size of the shared pool; only effective before its first use.
 // Returns false if the pool already exists with another size.
 bool set_default_thread_count(std::size_t threads);

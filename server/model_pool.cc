@@ -36,7 +36,7 @@ absl::StatusOr<std::unique_ptr<ModelPool>> ModelPool::load(const ModelSpec& spec
 
   engine::LoadOptions load_options;
   // The weights are repacked on the kernel threads.
-  load_options.pool = kernel_pool != nullptr ? kernel_pool : &kernels::default_thread_pool();
+  load_options.pool = kernels::pool_or_default(kernel_pool);
   auto weights = engine::ModelWeights::load(file, load_options);
   if (!weights.ok()) return fail(weights.status());
   pool->weights_ = std::move(*weights);

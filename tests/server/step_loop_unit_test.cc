@@ -141,23 +141,30 @@ TEST(StepLoopUnit, SteadyBatchedDecodeMakesNoHeapAllocationThroughTheRealLoop) {
       << "heap allocations while four streams decoded in batched steps";
 }
 
-// Records (sequences, tokens) of every step; after_first_step and
-// after_step (given the step's sequences), when set, run on the loop's
-// thread after a step is recorded.
+// Records (sequences, tokens) of every step. With hold_when set, the loop's
+// thread stops after recording the first step of a number of sequences it
+// accepts, until release(); wait_held() returns once it has stopped. So a
+// test can hand over a request between two known steps: an event, not a race.
 class StepShapes final : public StepObserver {
  public:
   void on_step(const std::string&, std::size_t sequences, std::size_t tokens, double) override {
-    bool first = false;
-    {
-      std::lock_guard lock(mu_);
-      first = shapes_.empty();
-      shapes_.emplace_back(sequences, tokens);
-    }
-    if (first && after_first_step) after_first_step();
-    if (after_step) after_step(sequences);
+    std::unique_lock lock(mu_);
+    shapes_.emplace_back(sequences, tokens);
+    if (held_ || !hold_when || !hold_when(sequences)) return;
+    held_ = true;
+    cv_.notify_all();
+    cv_.wait(lock, [&] { return released_; });
   }
-  std::function<void()> after_first_step;
-  std::function<void(std::size_t)> after_step;
+  std::function<bool(std::size_t sequences)> hold_when;  // set before the loop starts
+  void wait_held() {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return held_; });
+  }
+  void release() {
+    std::lock_guard lock(mu_);
+    released_ = true;
+    cv_.notify_all();
+  }
   std::vector<std::pair<std::size_t, std::size_t>> shapes() const {
     std::lock_guard lock(mu_);
     return shapes_;
@@ -165,8 +172,44 @@ class StepShapes final : public StepObserver {
 
  private:
   mutable std::mutex mu_;
-  std::vector<std::pair<std::size_t, std::size_t>> shapes_;
+  std::condition_variable cv_;
+  std::vector<std::pair<std::size_t, std::size_t>> shapes_;  // guarded by mu_
+  bool held_ = false, released_ = false;                     // guarded by mu_
 };
+
+// Counts the streams whose writers (begun with begin_counting) received a
+// token; wait_for(n) returns once n have.
+class FirstTokens {
+ public:
+  void begin_counting(PieceWriter& w) {
+    w.begin(
+        [this, seen = false](std::string_view, std::int32_t token, const PieceLogprobs*) mutable {
+          if (token >= 0 && !seen) {
+            seen = true;
+            std::lock_guard lock(mu_);
+            ++streams_;
+            cv_.notify_all();
+          }
+          return true;
+        });
+  }
+  void wait_for(std::size_t n) {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return streams_ >= n; });
+  }
+
+ private:
+  std::mutex mu_;
+  std::condition_variable cv_;
+  std::size_t streams_ = 0;  // guarded by mu_
+};
+
+// A prompt of a few hundred tokens for the demo model's tokenizer.
+std::string long_prompt() {
+  std::string p;
+  for (int i = 0; i < 20; ++i) p += "the newcomer waits ";
+  return p;
+}
 
 // The demo model with `instances` instances, no queue, and a step budget.
 ModelSpec demo_spec(std::size_t instances, std::size_t step_tokens) {
@@ -212,22 +255,9 @@ TEST(StepLoopUnit, ThePromptGetsHalfTheBudgetWhenDecodeRowsFillIt) {
   ASSERT_TRUE(registry.load_all(nullptr, false, {}, &steps).ok());
   RequestPath path(registry, RequestPathOptions{});
 
-  std::mutex mu;
-  std::condition_variable first_tokens;
-  std::size_t decoding = 0;  // decoders that wrote a token; guarded by mu
+  FirstTokens decoding;
   std::array<PieceWriter, 4> writers;
-  for (std::size_t s = 0; s < 3; ++s) {
-    writers[s].begin(
-        [&, seen = false](std::string_view, std::int32_t token, const PieceLogprobs*) mutable {
-          if (token >= 0 && !seen) {
-            seen = true;
-            std::lock_guard lock(mu);
-            ++decoding;
-            first_tokens.notify_all();
-          }
-          return true;
-        });
-  }
+  for (std::size_t s = 0; s < 3; ++s) decoding.begin_counting(writers[s]);
   writers[3].begin([](std::string_view, std::int32_t, const PieceLogprobs*) { return true; });
   auto run = [&](std::size_t s, std::string prompt, std::size_t max_tokens) {
     return generate(path, writers[s], std::move(prompt), max_tokens);
@@ -237,13 +267,8 @@ TEST(StepLoopUnit, ThePromptGetsHalfTheBudgetWhenDecodeRowsFillIt) {
   // Decoders with far more tokens to go than the newcomer's prefill takes.
   for (std::size_t s = 0; s < 3; ++s)
     clients.emplace_back([&, s] { status[s] = run(s, "decoder " + std::to_string(s), 400); });
-  {
-    std::unique_lock lock(mu);
-    first_tokens.wait(lock, [&] { return decoding == 3; });
-  }
-  std::string long_prompt;
-  for (int i = 0; i < 20; ++i) long_prompt += "the newcomer waits ";
-  status[3] = run(3, long_prompt, 1);
+  decoding.wait_for(3);
+  status[3] = run(3, long_prompt(), 1);
   for (std::thread& t : clients) t.join();
   for (const absl::Status& st : status) EXPECT_TRUE(st.ok()) << st;
 
@@ -265,15 +290,7 @@ TEST(StepLoopUnit, ThePromptGetsHalfTheBudgetWhenDecodeRowsFillIt) {
 TEST(StepLoopUnit, AShortPromptIsNotQueuedBehindALongPrefill) {
   ModelRegistry registry({demo_spec(2, 8)});
   StepShapes steps;
-  std::mutex mu;
-  std::condition_variable cv;
-  bool stepped = false, released = false;  // guarded by mu
-  steps.after_first_step = [&] {
-    std::unique_lock lock(mu);
-    stepped = true;
-    cv.notify_all();
-    cv.wait(lock, [&] { return released; });
-  };
+  steps.hold_when = [](std::size_t) { return true; };  // after the first step
   ASSERT_TRUE(registry.load_all(nullptr, false, {}, &steps).ok());
   absl::StatusOr<ModelPool*> pool = registry.find("demo");
   ASSERT_TRUE(pool.ok()) << pool.status();
@@ -282,21 +299,12 @@ TEST(StepLoopUnit, AShortPromptIsNotQueuedBehindALongPrefill) {
   std::array<PieceWriter, 2> writers;
   for (PieceWriter& w : writers)
     w.begin([](std::string_view, std::int32_t, const PieceLogprobs*) { return true; });
-  std::string long_prompt;
-  for (int i = 0; i < 20; ++i) long_prompt += "the newcomer waits ";
   std::array<absl::Status, 2> status;
-  std::thread long_client([&] { status[0] = generate(path, writers[0], long_prompt, 1); });
-  {
-    std::unique_lock lock(mu);
-    cv.wait(lock, [&] { return stepped; });
-  }
+  std::thread long_client([&] { status[0] = generate(path, writers[0], long_prompt(), 1); });
+  steps.wait_held();
   std::thread short_client([&] { status[1] = generate(path, writers[1], "once upon", 1); });
   while ((*pool)->step_loop().running() < 2) std::this_thread::yield();  // handed over
-  {
-    std::lock_guard lock(mu);
-    released = true;
-    cv.notify_all();
-  }
+  steps.release();
   long_client.join();
   short_client.join();
   for (const absl::Status& st : status) EXPECT_TRUE(st.ok()) << st;
@@ -340,58 +348,27 @@ class FirstTokenStep final : public PieceSink {
 TEST(StepLoopUnit, PromptsShareTheRowsTheDecodersLeave) {
   ModelRegistry registry({demo_spec(4, 4)});
   StepShapes steps;
-  std::mutex mu;
-  std::condition_variable cv;
-  std::size_t decoding = 0;                        // guarded by mu
-  bool held = false, released = false;             // guarded by mu
-  steps.after_step = [&](std::size_t sequences) {  // the first step of three sequences
-    std::unique_lock lock(mu);
-    if (sequences != 3 || held) return;
-    held = true;
-    cv.notify_all();
-    cv.wait(lock, [&] { return released; });
-  };
+  steps.hold_when = [](std::size_t sequences) { return sequences == 3; };  // the long one's first
   ASSERT_TRUE(registry.load_all(nullptr, false, {}, &steps).ok());
   absl::StatusOr<ModelPool*> pool = registry.find("demo");
   ASSERT_TRUE(pool.ok()) << pool.status();
   RequestPath path(registry, RequestPathOptions{});
 
+  FirstTokens decoding;
   std::array<PieceWriter, 2> decoders;
-  for (PieceWriter& w : decoders) {
-    w.begin([&, seen = false](std::string_view, std::int32_t token, const PieceLogprobs*) mutable {
-      if (token >= 0 && !seen) {
-        seen = true;
-        std::lock_guard lock(mu);
-        ++decoding;
-        cv.notify_all();
-      }
-      return true;
-    });
-  }
+  for (PieceWriter& w : decoders) decoding.begin_counting(w);
   FirstTokenStep long_sink(steps), short_sink(steps);
   std::array<absl::Status, 4> status;
   std::vector<std::thread> clients;
   for (std::size_t s = 0; s < 2; ++s)
     clients.emplace_back(
         [&, s] { status[s] = generate(path, decoders[s], "decoder " + std::to_string(s), 400); });
-  {
-    std::unique_lock lock(mu);
-    cv.wait(lock, [&] { return decoding == 2; });
-  }
-  std::string long_prompt;
-  for (int i = 0; i < 20; ++i) long_prompt += "the newcomer waits ";
-  clients.emplace_back([&] { status[2] = generate(path, long_sink, long_prompt, 1); });
-  {
-    std::unique_lock lock(mu);
-    cv.wait(lock, [&] { return held; });
-  }
+  decoding.wait_for(2);
+  clients.emplace_back([&] { status[2] = generate(path, long_sink, long_prompt(), 1); });
+  steps.wait_held();
   clients.emplace_back([&] { status[3] = generate(path, short_sink, "once upon", 1); });
   while ((*pool)->step_loop().running() < 4) std::this_thread::yield();  // handed over
-  {
-    std::lock_guard lock(mu);
-    released = true;
-    cv.notify_all();
-  }
+  steps.release();
   for (std::thread& t : clients) t.join();
   for (const absl::Status& st : status) EXPECT_TRUE(st.ok()) << st;
 

@@ -218,12 +218,18 @@ absl::StatusOr<int> HttpFrontEnd::start() {
         [this](const httplib::Request& req, httplib::Response& res) { list_models(req, res); });
   s.Get(R"(/v1/models/(.+))",
         [this](const httplib::Request& req, httplib::Response& res) { get_model(req, res); });
-  s.Post("/v1/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    generate(req, res, Endpoint::kCompletions);
-  });
-  s.Post("/v1/chat/completions", [this](const httplib::Request& req, httplib::Response& res) {
-    generate(req, res, Endpoint::kChatCompletions);
-  });
+  // The POST endpoints read their own bodies: httplib would cap a body
+  // declared as a form (curl -d's default type) at its compiled-in 8 KB with
+  // a 413, and every endpoint here reads JSON whatever the declared type.
+  // --max-message-bytes still bounds every body (set_payload_max_length).
+  auto post = [&s, this](const char* pattern, Endpoint endpoint) {
+    s.Post(pattern, [this, endpoint](const httplib::Request& req, httplib::Response& res,
+                                     const httplib::ContentReader& read) {
+      generate(req, read, res, endpoint);
+    });
+  };
+  post("/v1/completions", Endpoint::kCompletions);
+  post("/v1/chat/completions", Endpoint::kChatCompletions);
   // httplib's own refusals (no such route, body too large, a request it
   // cannot parse) get OpenAI's error object too.
   s.set_error_handler([](const httplib::Request& req, httplib::Response& res) {
@@ -336,8 +342,8 @@ void HttpFrontEnd::get_model(const httplib::Request& req, httplib::Response& res
   path_.finish(record, absl::OkStatus());
 }
 
-void HttpFrontEnd::generate(const httplib::Request& req, httplib::Response& res,
-                            Endpoint endpoint) {
+void HttpFrontEnd::generate(const httplib::Request& req, const httplib::ContentReader& read,
+                            httplib::Response& res, Endpoint endpoint) {
   response_begins();
   const bool chat = endpoint == Endpoint::kChatCompletions;
   auto call = std::make_shared<StreamCall>();
@@ -345,9 +351,20 @@ void HttpFrontEnd::generate(const httplib::Request& req, httplib::Response& res,
   record.transport = "http";
   record.method = chat ? "ChatComplete" : "Complete";
   if (absl::Status s = check_auth(req, options_.auth_token); !s.ok()) return refuse(record, s, res);
+  if (req.is_multipart_form_data())
+    return refuse(record,
+                  absl::InvalidArgumentError(
+                      "request body: multipart form data is not accepted here; send a JSON object"),
+                  res);
+  std::string body;
+  if (!read([&](const char* data, std::size_t n) {
+        body.append(data, n);
+        return true;
+      }))
+    return;  // httplib has set the refusal's status (too large, cut short): the error handler
   thread_local std::mt19937_64 seeds{std::random_device{}()};
   absl::StatusOr<openai::Request> request =
-      openai::parse_request(endpoint, req.body, options_.max_tokens_limit, seeds());
+      openai::parse_request(endpoint, body, options_.max_tokens_limit, seeds());
   if (!request.ok()) return refuse(record, request.status(), res);
   record.method = chat ? request->chat.method : request->generate.method;
   absl::StatusOr<Clock::time_point> deadline = deadline_of(req);

@@ -39,6 +39,7 @@
 #include "server/request_path.h"
 
 namespace httplib {
+class ContentReader;
 class DataSink;
 class Server;
 struct Request;
@@ -90,7 +91,8 @@ class HttpFrontEnd {
   void health(httplib::Response& res) const;
   void list_models(const httplib::Request& req, httplib::Response& res);
   void get_model(const httplib::Request& req, httplib::Response& res);
-  void generate(const httplib::Request& req, httplib::Response& res, openai::Endpoint endpoint);
+  void generate(const httplib::Request& req, const httplib::ContentReader& read,
+                httplib::Response& res, openai::Endpoint endpoint);
   // Answers with `status` as OpenAI's error object and reports the call.
   void refuse(RequestRecord& record, const absl::Status& status, httplib::Response& res);
   bool draining(const std::string& model) const;

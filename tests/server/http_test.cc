@@ -259,6 +259,23 @@ TEST_F(ServerHttpTest, HugeBodiesMalformedJsonAndInvalidUtf8AreRefused) {
   EXPECT_EQ(huge->status, 413);
   EXPECT_FALSE(Json::parse(huge->body, nullptr, false).is_discarded()) << huge->body;
 
+  // A body declared as a form (curl -d's default) is read as JSON too, past
+  // the 8 KB that httplib allows forms, and within --max-message-bytes.
+  auto form = client_->Post("/v1/completions", kShort.dump() + std::string(20000, ' '),
+                            "application/x-www-form-urlencoded");
+  ASSERT_TRUE(form);
+  EXPECT_EQ(form->status, 200) << form->body;
+  auto huge_form = client_->Post("/v1/completions", std::string(100000, ' '),
+                                 "application/x-www-form-urlencoded");
+  ASSERT_TRUE(huge_form);
+  EXPECT_EQ(huge_form->status, 413);
+  auto multipart =
+      client_->Post("/v1/completions", httplib::MultipartFormDataItems{{"a", "b", "", ""}});
+  ASSERT_TRUE(multipart);
+  EXPECT_EQ(multipart->status, 400);
+  EXPECT_EQ(Json::parse(multipart->body)["error"]["message"],
+            "request body: multipart form data is not accepted here; send a JSON object");
+
   auto malformed = client_->Post("/v1/completions", "{\"model\": ", "application/json");
   ASSERT_TRUE(malformed);
   EXPECT_EQ(malformed->status, 400);
@@ -314,6 +331,11 @@ TEST_F(ServerHttpTest, BearerTokenAsForGrpcAndHealthOpen) {
             401);
   EXPECT_EQ(post(*client_, "/v1/completions", kShort, {{"Authorization", "Bearer s3cret"}}).status,
             200);
+  // The scheme's case does not matter; the token's does.
+  EXPECT_EQ(post(*client_, "/v1/completions", kShort, {{"Authorization", "bearer s3cret"}}).status,
+            200);
+  EXPECT_EQ(post(*client_, "/v1/completions", kShort, {{"Authorization", "Bearer S3CRET"}}).status,
+            401);
   auto models = client_->Get("/v1/models");
   ASSERT_TRUE(models);
   EXPECT_EQ(models->status, 401);

@@ -1,5 +1,8 @@
 #include "server/bearer_auth.h"
 
+#include <algorithm>
+#include <cctype>
+
 namespace hearth::server {
 namespace {
 
@@ -19,9 +22,15 @@ absl::Status check_bearer(std::optional<std::string_view> authorization, const s
   if (!authorization.has_value())
     return absl::UnauthenticatedError(
         "authorization: missing (send 'authorization: Bearer <token>')");
+  // The scheme is case-insensitive (RFC 9110, 11.1); the token is not.
   constexpr std::string_view kBearer = "Bearer ";
-  if (!authorization->starts_with(kBearer) ||
-      !constant_time_equal(authorization->substr(kBearer.size()), token))
+  const bool scheme_ok =
+      authorization->size() >= kBearer.size() &&
+      std::equal(kBearer.begin(), kBearer.end(), authorization->begin(), [](char a, char b) {
+        return std::tolower(static_cast<unsigned char>(a)) ==
+               std::tolower(static_cast<unsigned char>(b));
+      });
+  if (!scheme_ok || !constant_time_equal(authorization->substr(kBearer.size()), token))
     return absl::UnauthenticatedError("authorization: invalid bearer token");
   return absl::OkStatus();
 }

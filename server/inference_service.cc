@@ -346,7 +346,10 @@ grpc::Status InferenceService::answer_detokenize(grpc::ServerContext* context,
           str_cat("token_ids[", i, "]: ", id, " is outside the vocabulary [0, ", vocab, ")")));
   }
   const std::vector<std::int32_t> ids(request->token_ids().begin(), request->token_ids().end());
-  response->set_text(tok.decode(ids));
+  // A proto string must be well-formed UTF-8 (the response would not even be
+  // sent): ids cut inside a character (a lone byte token) give U+FFFD, as
+  // streamed text does.
+  response->set_text(engine::sanitize_utf8(tok.decode(ids)));
   return grpc::Status::OK;
 }
 

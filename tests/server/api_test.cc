@@ -14,6 +14,7 @@
 #include "engine/gguf.h"
 #include "engine/synthetic_model.h"
 #include "engine/tokenizer.h"
+#include "engine/unicode.h"
 #include "tests/server/test_util.h"
 
 namespace hearth::testing {
@@ -328,6 +329,25 @@ TEST_F(ServerApiTest, TokenizeMatchesTheEngineAndDetokenizeRoundTrips) {
   EXPECT_EQ(special.front(), ref.tokenizer->bos());
   const std::vector<std::int32_t> plain = tokenize("<s>Once", false, false);
   EXPECT_EQ(std::count(plain.begin(), plain.end(), ref.tokenizer->bos()), 0);
+}
+
+// A token that is part of a character (a byte token) alone gives U+FFFD,
+// not bytes that no proto string may hold (clients refuse such a response).
+TEST_F(ServerApiTest, DetokenizeOfAPartialCharacterGivesReplacementCharacters) {
+  const DemoReference& ref = demo_reference();
+  ASSERT_NE(ref.tokenizer, nullptr);
+  std::size_t partial = 0;
+  for (std::int32_t id = 0; id < static_cast<std::int32_t>(kDemoVocab); ++id) {
+    const std::string raw = ref.tokenizer->decode(std::vector<std::int32_t>{id});
+    if (engine::is_valid_utf8(raw)) continue;
+    ++partial;
+    std::string text;
+    const grpc::Status s = detokenize({id}, &text);
+    ASSERT_TRUE(s.ok()) << "token " << id << ": " << status_text(s);
+    EXPECT_TRUE(engine::is_valid_utf8(text)) << "token " << id;
+    EXPECT_EQ(text, engine::sanitize_utf8(raw)) << "token " << id;
+  }
+  EXPECT_GT(partial, 0u) << "the demo vocabulary has no byte token to check";
 }
 
 TEST_F(ServerApiTest, DetokenizeRefusesIdsOutsideTheVocabulary) {

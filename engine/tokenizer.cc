@@ -64,7 +64,24 @@ absl::StatusOr<std::unique_ptr<Tokenizer>> Tokenizer::from_gguf(const GgufFile& 
   for (std::size_t i = 0; i + 1 < t->text_begin_.size(); ++i)
     t->max_text_bytes_ =
         std::max<std::size_t>(t->max_text_bytes_, t->text_begin_[i + 1] - t->text_begin_[i]);
+  t->max_piece_bytes_ = 4;
+  for (std::size_t i = 0; i + 1 < t->piece_begin_.size(); ++i)
+    t->max_piece_bytes_ =
+        std::max<std::size_t>(t->max_piece_bytes_, t->piece_begin_[i + 1] - t->piece_begin_[i]);
+  // A byte without a token becomes the unknown token, or is dropped.
+  const auto& byte_tokens = t->kind_ == Kind::kSpm ? t->byte_token_ : t->byte_char_token_;
+  t->keeps_every_byte_ = t->unk_ >= 0 || std::all_of(byte_tokens.begin(), byte_tokens.end(),
+                                                     [](std::int32_t id) { return id >= 0; });
   return t;
+}
+
+std::size_t Tokenizer::min_tokens(std::string_view text) const {
+  // Each token's piece is at least as long as the text it matches: "▁" (3
+  // bytes) for a space, the GPT-2 alphabet's 1-2 bytes for a byte, "<0xNN>"
+  // for a byte; special tokens match their piece. The 1: a space the
+  // tokenizer may add before the text.
+  if (!keeps_every_byte_) return 0;
+  return text.empty() ? 0 : (text.size() - 1) / max_piece_bytes_;
 }
 
 absl::Status Tokenizer::load_common(const GgufFile& file) {

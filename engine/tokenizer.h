@@ -128,6 +128,12 @@ class Tokenizer {
   // The longest token_text() of the vocabulary, in bytes: what one token can
   // add to decoded text (streaming decoders size their buffers by it).
   std::size_t max_text_bytes() const { return max_text_bytes_; }
+  // The fewest tokens encode() can give for `text` (BOS and EOS aside),
+  // known from its length alone: a token matches at most as many bytes of
+  // text as its piece has (a byte or an unknown character: at most 4). 0
+  // when the vocabulary drops bytes it has no token for (no byte tokens, no
+  // unknown token), which makes no bound hold.
+  std::size_t min_tokens(std::string_view text) const;
 
   std::size_t vocab_size() const { return types_.size(); }
   std::int32_t bos() const { return bos_; }  // -1: none
@@ -204,6 +210,8 @@ class Tokenizer {
   std::string texts_;
   std::vector<std::uint32_t> text_begin_;
   std::size_t max_text_bytes_ = 0;
+  std::size_t max_piece_bytes_ = 0;  // of pieces_, at least 4
+  bool keeps_every_byte_ = false;    // no byte of a text is dropped by encode()
   std::vector<float> scores_;
   std::vector<TokenType> types_;
   // Pieces that merging may produce (normal and user-defined tokens); when two

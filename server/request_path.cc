@@ -47,6 +47,18 @@ class TimedSink final : public PieceSink {
   std::size_t tokens_ = 0;
 };
 
+// Refuses, before tokenizing, a prompt too long for the context whatever its
+// tokens: tokenizing a multi-megabyte prompt only to refuse it took hundreds
+// of megabytes.
+absl::Status check_prompt_bytes(std::string_view prompt, const ModelPool& pool) {
+  const std::size_t fewest = pool.tokenizer().min_tokens(prompt);
+  const std::size_t context = pool.context_length();
+  if (fewest < context) return absl::OkStatus();
+  return invalid(str_cat("prompt: ", prompt.size(), " bytes of text cannot fit the context of ",
+                         context, " tokens (they are at least ", fewest,
+                         " tokens, whatever the text)"));
+}
+
 }  // namespace
 
 absl::Status check_generation_request(const engine::GenerationRequest& r,
@@ -144,6 +156,7 @@ absl::StatusOr<std::unique_ptr<Admission>> RequestPath::admit_prompt(ModelPool& 
   // refused without queueing.
   TempAllocatorLease temp;
   engine::GenerationRequest request = call.request;
+  HEARTH_RETURN_IF_ERROR(check_prompt_bytes(request.prompt, pool));
   absl::StatusOr<std::vector<std::int32_t>> ids =
       pool.tokenizer().encode(request.prompt, request.tokenize);
   if (!ids.ok()) return invalid(str_cat("prompt: ", ids.status().message()));

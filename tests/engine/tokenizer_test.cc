@@ -156,6 +156,52 @@ TEST_P(ReferenceSuite, DecodeInvertsEncode) {
   }
 }
 
+// min_tokens() is a lower bound of what encode() gives: on every suite
+// string, on runs that long pieces match (spaces, line breaks, the longest
+// token text repeated) and on special tokens' text, parsed as specials or
+// not. It is 0 (no bound) only for a vocabulary that drops some byte.
+TEST_P(ReferenceSuite, MinTokensNeverExceedsTheTokens) {
+  HEARTH_REQUIRE_SHARED();
+  const std::filesystem::path p = vocab_dir() / GetParam();
+  const Suite s = read_suite(p);
+  Loaded l = load(p);
+  ASSERT_NE(l.tok, nullptr);
+  const Tokenizer& tok = *l.tok;
+  std::vector<std::string> texts = s.inputs;
+  texts.push_back(std::string(4000, ' '));
+  texts.push_back(std::string(4000, '\n'));
+  std::int32_t longest = 0;
+  std::string specials;
+  for (std::int32_t id = 0; id < static_cast<std::int32_t>(tok.vocab_size()); ++id) {
+    if (tok.token_text(id).size() > tok.token_text(longest).size()) longest = id;
+    if (tok.token_type(id) == TokenType::kControl || tok.token_type(id) == TokenType::kUserDefined)
+      specials.append(tok.piece(id));
+  }
+  std::string repeated;
+  for (int i = 0; i < 200; ++i) repeated += tok.token_text(longest);
+  texts.push_back(repeated);
+  texts.push_back(specials);
+  for (const std::string& text : texts) {
+    for (bool special : {false, true}) {
+      TokenizeOptions options = kRaw;
+      options.parse_special = special;
+      auto ids = tok.encode(text, options);
+      ASSERT_TRUE(ids.ok()) << ids.status();
+      EXPECT_GE(ids->size(), tok.min_tokens(text)) << text.size() << " bytes, parse_special "
+                                                   << special << ": '" << text.substr(0, 60) << "'";
+    }
+  }
+  // No bound only where some byte has no token to become (falcon's).
+  if (tok.min_tokens(std::string(4000, 'a')) == 0) {
+    bool drops = false;
+    for (int b = 0; b < 256 && !drops; ++b) {
+      auto ids = tok.encode(std::string(1, static_cast<char>(b)), kRaw);
+      drops = ids.ok() && ids->empty();
+    }
+    EXPECT_TRUE(drops) << "min_tokens() gives no bound, yet every byte has a token";
+  }
+}
+
 TEST_P(ReferenceSuite, StreamingMatchesDecodeAndIsAlwaysValidUtf8) {
   HEARTH_REQUIRE_SHARED();
   const std::filesystem::path p = vocab_dir() / GetParam();

@@ -267,7 +267,8 @@ TEST_F(HostileInputTest, PromptsAtAndPastTheContext) {
        "prompt: 64 tokens do not fit the context of 64 tokens (at most 63 leave room "
        "to generate)"},
       {kContext, "prompt: 65 tokens do not fit the context of 64 tokens"},
-      {9999, "prompt: 10000 tokens do not fit the context of 64 tokens"},
+      // So long that no tokenization could fit: refused before tokenizing.
+      {9999, "prompt: 19997 bytes of text cannot fit the context of 64 tokens"},
   };
   for (const Case& c : cases) {
     SCOPED_TRACE(std::to_string(c.words + 1) + " prompt tokens");

@@ -159,7 +159,9 @@ absl::Status read_common(const Json& body, std::size_t max_tokens_limit,
     s.top_k = static_cast<std::int32_t>(*top_k);
   }
   HEARTH_ASSIGN_OR_RETURN(std::optional<std::int64_t> seed, integer(body, "seed"));
-  s.seed = seed ? static_cast<std::uint64_t>(*seed) : default_seed;
+  // -1 asks for a random seed, as llama.cpp's server reads it; other values
+  // are used as given (a negative one as its two's complement).
+  s.seed = seed && *seed != -1 ? static_cast<std::uint64_t>(*seed) : default_seed;
 
   HEARTH_RETURN_IF_ERROR(read_stop(body, r.stop));
   HEARTH_ASSIGN_OR_RETURN(std::optional<bool> ignore_eos, boolean(body, "ignore_eos"));

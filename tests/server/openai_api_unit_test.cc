@@ -64,6 +64,13 @@ TEST(OpenAiRequest, DefaultsAreOpenAis) {
   EXPECT_EQ(c->generate.request.max_tokens, 16u);
   EXPECT_FLOAT_EQ(c->generate.request.sampling.temperature, 1.0f);
   EXPECT_EQ(c->generate.request.sampling.seed, 99u);  // the caller's default seed
+  // -1 is llama.cpp's "random seed": the default too; other values as given.
+  absl::StatusOr<Request> random = completion(R"({"model": "m", "prompt": "x", "seed": -1})");
+  ASSERT_TRUE(random.ok()) << random.status();
+  EXPECT_EQ(random->generate.request.sampling.seed, 99u);
+  absl::StatusOr<Request> minus_two = completion(R"({"model": "m", "prompt": "x", "seed": -2})");
+  ASSERT_TRUE(minus_two.ok()) << minus_two.status();
+  EXPECT_EQ(minus_two->generate.request.sampling.seed, static_cast<std::uint64_t>(-2));
   EXPECT_FALSE(c->generate.request.logprobs);
   EXPECT_TRUE(c->generate.reuse_prefix);
 

@@ -12,6 +12,7 @@
 #include "base/status_macros.h"
 #include "base/str_cat.h"
 #include "grammar/grammar.h"
+#include "grammar/matcher.h"
 #include "grammar/token_mask.h"
 
 namespace hearth::grammar {
@@ -168,7 +169,15 @@ absl::StatusOr<std::shared_ptr<const Grammar>> GrammarBuilder::build() {
   }
   HEARTH_RETURN_IF_ERROR(check_rules());
   HEARTH_RETURN_IF_ERROR(check_left_recursion());
-  return flatten();
+  std::shared_ptr<const Grammar> grammar = flatten();
+  // A matcher follows at most kMaxParses parses, kMaxDepth deep: a grammar
+  // that needs more before its first character could produce nothing.
+  if (initial_state(*grammar).dead())
+    return absl::InvalidArgumentError(
+        str_cat("the grammar's start has more than ", ParseState::kMaxParses,
+                " ways to parse at once (or nests deeper than ", ParseState::kMaxDepth,
+                " rules): too ambiguous to follow; write the repetition without optional items"));
+  return grammar;
 }
 
 absl::Status GrammarBuilder::parse_rule() {

@@ -218,6 +218,20 @@ absl::StatusOr<int> HttpFrontEnd::start() {
         [this](const httplib::Request& req, httplib::Response& res) { list_models(req, res); });
   s.Get(R"(/v1/models/(.+))",
         [this](const httplib::Request& req, httplib::Response& res) { get_model(req, res); });
+  // A POST that declares neither a length nor chunks has no body (RFC 9112,
+  // 6.3); httplib would wait out --http-idle-timeout-s for one instead.
+  s.set_pre_routing_handler([](const httplib::Request& req, httplib::Response& res) {
+    if (req.method != "POST" || req.has_header("Content-Length") ||
+        req.has_header("Transfer-Encoding"))
+      return httplib::Server::HandlerResponse::Unhandled;
+    res.status = 411;
+    res.set_content(openai::error_body(
+                        absl::InvalidArgumentError("request: a POST needs a Content-Length or a "
+                                                   "chunked Transfer-Encoding (and a JSON body)"),
+                        false),
+                    kJson);
+    return httplib::Server::HandlerResponse::Handled;
+  });
   // The POST endpoints read their own bodies: httplib would cap a body
   // declared as a form (curl -d's default type) at its compiled-in 8 KB with
   // a 413, and every endpoint here reads JSON whatever the declared type.

@@ -253,7 +253,14 @@ TEST_F(ServerHttpTest, FullQueueIs429WithRetryAfterAndDeadlineIs504) {
 }
 
 TEST_F(ServerHttpTest, HugeBodiesMalformedJsonAndInvalidUtf8AreRefused) {
-  start({"--max-message-bytes", "65536"});
+  start({"--max-message-bytes", "65536", "--http-idle-timeout-s", "3600"});
+  // A POST with neither a length nor chunks has no body: answered at once,
+  // not after the idle timeout (an hour here, past the test's patience).
+  RawConnection bodiless(server_.http_address());
+  ASSERT_TRUE(bodiless.send_all("POST /v1/completions HTTP/1.1\r\nHost: test\r\n\r\n"));
+  EXPECT_TRUE(bodiless.read_until("Content-Length")) << bodiless.received();
+  EXPECT_TRUE(bodiless.received().starts_with("HTTP/1.1 411")) << bodiless.received();
+  EXPECT_TRUE(bodiless.read_until("needs a Content-Length")) << bodiless.received();
   auto huge = client_->Post("/v1/completions", std::string(100000, ' '), "application/json");
   ASSERT_TRUE(huge);
   EXPECT_EQ(huge->status, 413);

@@ -197,6 +197,8 @@ absl::Status read_completion(const Json& body, std::size_t max_tokens_limit,
   HEARTH_RETURN_IF_ERROR(read_model(body, call.model));
   const Json* prompt = field(body, "prompt");
   if (prompt == nullptr) return invalid("prompt: missing");
+  if (prompt->is_array() && !prompt->empty() && (*prompt)[0].is_number_integer())
+    return invalid("prompt: token ids are not supported (send the prompt as one string)");
   if (prompt->is_array() && prompt->size() == 1) prompt = &(*prompt)[0];
   if (prompt->is_array())
     return invalid(str_cat("prompt: an array of ", prompt->size(),

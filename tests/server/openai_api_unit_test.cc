@@ -146,7 +146,9 @@ TEST(OpenAiRequest, RefusalsNameTheField) {
   EXPECT_EQ(refusal(completion(R"({"model": "m", "prompt": ["a", "b"]})")),
             "prompt: an array of 2 prompts is not supported (send one string)");
   EXPECT_EQ(refusal(completion(R"({"model": "m", "prompt": [1, 2]})")),
-            "prompt: an array of 2 prompts is not supported (send one string)");
+            "prompt: token ids are not supported (send the prompt as one string)");
+  EXPECT_EQ(refusal(completion(R"({"model": "m", "prompt": [-1]})")),
+            "prompt: token ids are not supported (send the prompt as one string)");
   EXPECT_EQ(refusal(completion("{" + m + R"(, "temperature": "hot"})")),
             "temperature: must be a number");
   EXPECT_EQ(refusal(completion("{" + m + R"(, "max_tokens": 0})")),

@@ -93,6 +93,8 @@ absl::Status ModelRegistry::not_found(const std::string& name) const {
   std::string names;
   for (const ModelEntry& e : entries_)
     names += str_cat(names.empty() ? "'" : ", '", e.spec.name, "'");
+  if (name.empty())  // a required field left out, as the HTTP API says it
+    return absl::InvalidArgumentError(str_cat("model: missing (serving: ", names, ")"));
   return absl::NotFoundError(
       str_cat("model: no model named '", name, "' is served (serving: ", names, ")"));
 }

@@ -57,10 +57,10 @@ class ServerApiTest : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
     server_ = new ServerProcess();
-    if (!server_->start(HEARTH_SERVER_BIN,
-                        server_args({"--instances", "2", "--queue", "3", "--context",
-                                     std::to_string(kContext), "--max-tokens-limit",
-                                     std::to_string(kMaxTokensLimit)})))
+    if (!server_->start(
+            HEARTH_SERVER_BIN,
+            server_args({"--instances", "2", "--queue", "3", "--context", std::to_string(kContext),
+                         "--max-tokens-limit", std::to_string(kMaxTokensLimit)})))
       start_error_ = new std::string(server_->error());
   }
   static void TearDownTestSuite() {
@@ -176,6 +176,10 @@ TEST_F(ServerApiTest, UnknownModelIsNotFound) {
   std::string text;
   s = detokenize({5, 6}, &text, "no-such-model");
   EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << status_text(s);
+  // Left out, the required field is invalid, not an unknown name.
+  v1::GenerateRequest unnamed = ok_request();
+  unnamed.set_model("");
+  expect_refused(unnamed, grpc::StatusCode::INVALID_ARGUMENT, "model: missing", "no model");
 }
 
 TEST_F(ServerApiTest, PromptAndMaxTokensAreValidated) {
@@ -198,8 +202,10 @@ TEST_F(ServerApiTest, SamplingParametersAreValidated) {
     const char* what;
   };
   const std::vector<Case> bad = {
-      {[](R& r) { r.mutable_sampling()->set_temperature(-0.5f); }, "temperature", "temperature -0.5"},
-      {[](R& r) { r.mutable_sampling()->set_temperature(100.5f); }, "temperature", "temperature 100.5"},
+      {[](R& r) { r.mutable_sampling()->set_temperature(-0.5f); }, "temperature",
+       "temperature -0.5"},
+      {[](R& r) { r.mutable_sampling()->set_temperature(100.5f); }, "temperature",
+       "temperature 100.5"},
       {[&](R& r) { r.mutable_sampling()->set_temperature(nan); }, "temperature", "temperature NaN"},
       {[&](R& r) { r.mutable_sampling()->set_temperature(inf); }, "temperature", "temperature inf"},
       {[](R& r) { r.mutable_sampling()->set_top_k(-1); }, "top_k", "top_k -1"},
@@ -301,8 +307,8 @@ TEST_F(ServerApiTest, TokenizeMatchesTheEngineAndDetokenizeRoundTrips) {
   for (const std::string text : {"Hello world", "  two leading spaces", "line one\nline two",
                                  "caf\xc3\xa9 \xe2\x9c\x93 \xf0\x9f\x99\x82", "x"}) {
     SCOPED_TRACE(text);
-    for (std::optional<bool> bos : {std::optional<bool>(), std::optional<bool>(true),
-                                    std::optional<bool>(false)}) {
+    for (std::optional<bool> bos :
+         {std::optional<bool>(), std::optional<bool>(true), std::optional<bool>(false)}) {
       std::vector<std::string> pieces;
       const std::vector<std::int32_t> ids = tokenize(text, bos, false, &pieces);
       engine::TokenizeOptions opts;

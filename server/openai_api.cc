@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cctype>
+#include <cmath>
 #include <limits>
 #include <optional>
 
@@ -67,6 +68,8 @@ absl::StatusOr<std::optional<std::string>> string(const Json& body, const char* 
 // the request path's (engine::validate_sampling).
 absl::Status read_float(const Json& body, const char* name, float& out) {
   HEARTH_ASSIGN_OR_RETURN(std::optional<double> v, number(body, name));
+  if (v && std::fabs(*v) > std::numeric_limits<float>::max())  // no float holds it
+    return invalid(str_cat(name, ": ", *v, " is out of range"));
   if (v) out = static_cast<float>(*v);
   return absl::OkStatus();
 }

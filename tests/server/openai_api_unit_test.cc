@@ -151,6 +151,9 @@ TEST(OpenAiRequest, RefusalsNameTheField) {
             "prompt: token ids are not supported (send the prompt as one string)");
   EXPECT_EQ(refusal(completion("{" + m + R"(, "temperature": "hot"})")),
             "temperature: must be a number");
+  EXPECT_EQ(refusal(completion("{" + m + R"(, "temperature": 1e308})")),
+            "temperature: 1e+308 is out of range");
+  EXPECT_EQ(refusal(completion("{" + m + R"(, "top_p": -1e39})")), "top_p: -1e+39 is out of range");
   EXPECT_EQ(refusal(completion("{" + m + R"(, "max_tokens": 0})")),
             "max_tokens: 0 is out of range: allowed [1, 4096]");
   EXPECT_EQ(refusal(completion("{" + m + R"(, "max_tokens": 5000})")),

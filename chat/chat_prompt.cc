@@ -31,7 +31,12 @@ absl::StatusOr<ChatPrompt> ChatPrompt::load(const std::string& override_path,
   if (!in) return absl::NotFoundError(str_cat("cannot read chat template '", override_path, "'"));
   std::ostringstream text;
   text << in.rdbuf();
-  return create(text.str(), override_path, std::move(bos_token), std::move(eos_token));
+  // Load errors name the file (the operator's); render errors, which reach
+  // clients, name only the flag.
+  absl::StatusOr<ChatPrompt> prompt =
+      create(text.str(), override_path, std::move(bos_token), std::move(eos_token));
+  if (prompt.ok()) prompt->origin_ = "--chat-template";
+  return prompt;
 }
 
 absl::StatusOr<std::string> ChatPrompt::render(ChatContext context) const {

@@ -17,7 +17,9 @@ namespace hearth::chat {
 class ChatPrompt {
  public:
   // Parses `source`. `origin` says where it came from, for messages
-  // ("tokenizer.chat_template", a file's path); parse errors name it.
+  // ("tokenizer.chat_template", a file's path); parse and render errors
+  // name it (load() keeps a file's path out of render errors, which reach
+  // clients).
   static absl::StatusOr<ChatPrompt> create(std::string_view source, std::string origin,
                                            std::string bos_token, std::string eos_token);
 

@@ -114,16 +114,23 @@ const std::vector<std::string>& suite_names() {
   return kSuites;
 }
 
-class ReferenceSuite : public ::testing::TestWithParam<std::string> {};
+// Each test gets the suite's strings and ids (s) and its vocabulary (l).
+class ReferenceSuite : public ::testing::TestWithParam<std::string> {
+ protected:
+  void SetUp() override {
+    HEARTH_REQUIRE_SHARED();
+    const std::filesystem::path p = vocab_dir() / GetParam();
+    s = read_suite(p);
+    l = load(p);
+    ASSERT_NE(l.tok, nullptr);
+  }
+  Suite s;
+  Loaded l;
+};
 
 TEST_P(ReferenceSuite, EveryStringTokenizesToTheReferenceIds) {
-  HEARTH_REQUIRE_SHARED();
-  const std::filesystem::path p = vocab_dir() / GetParam();
-  const Suite s = read_suite(p);
   ASSERT_EQ(s.inputs.size(), s.expected.size());
   ASSERT_EQ(s.inputs.size(), 46u);
-  Loaded l = load(p);
-  ASSERT_NE(l.tok, nullptr);
   int failures = 0;
   for (std::size_t i = 0; i < s.inputs.size(); ++i) {
     auto ids = l.tok->encode(s.inputs[i], kRaw);
@@ -141,11 +148,6 @@ TEST_P(ReferenceSuite, EveryStringTokenizesToTheReferenceIds) {
 // representable: the "llama" vocabularies have byte fallback and the "gpt2"
 // ones a token for every byte.
 TEST_P(ReferenceSuite, DecodeInvertsEncode) {
-  HEARTH_REQUIRE_SHARED();
-  const std::filesystem::path p = vocab_dir() / GetParam();
-  const Suite s = read_suite(p);
-  Loaded l = load(p);
-  ASSERT_NE(l.tok, nullptr);
   for (const std::string& text : s.inputs) {
     auto ids = l.tok->encode(text);
     ASSERT_TRUE(ids.ok()) << ids.status();
@@ -161,11 +163,6 @@ TEST_P(ReferenceSuite, DecodeInvertsEncode) {
 // token text repeated) and on special tokens' text, parsed as specials or
 // not. It is 0 (no bound) only for a vocabulary that drops some byte.
 TEST_P(ReferenceSuite, MinTokensNeverExceedsTheTokens) {
-  HEARTH_REQUIRE_SHARED();
-  const std::filesystem::path p = vocab_dir() / GetParam();
-  const Suite s = read_suite(p);
-  Loaded l = load(p);
-  ASSERT_NE(l.tok, nullptr);
   const Tokenizer& tok = *l.tok;
   std::vector<std::string> texts = s.inputs;
   texts.push_back(std::string(4000, ' '));
@@ -203,11 +200,6 @@ TEST_P(ReferenceSuite, MinTokensNeverExceedsTheTokens) {
 }
 
 TEST_P(ReferenceSuite, StreamingMatchesDecodeAndIsAlwaysValidUtf8) {
-  HEARTH_REQUIRE_SHARED();
-  const std::filesystem::path p = vocab_dir() / GetParam();
-  const Suite s = read_suite(p);
-  Loaded l = load(p);
-  ASSERT_NE(l.tok, nullptr);
   for (std::size_t i = 0; i < s.inputs.size(); ++i) {
     for (const Ids& ids : {s.expected[i], *l.tok->encode(s.inputs[i])}) {
       const std::string whole = l.tok->decode(ids);

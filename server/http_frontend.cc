@@ -374,8 +374,13 @@ void HttpFrontEnd::generate(const httplib::Request& req, const httplib::ContentR
   if (!read([&](const char* data, std::size_t n) {
         body.append(data, n);
         return true;
-      }))
-    return;  // httplib has set the refusal's status (too large, cut short): the error handler
+      })) {
+    // httplib has set the refusal's status (too large, cut short), which the
+    // error handler words; the client may be gone, so the response may
+    // never be written (and logged): it is not waited for.
+    response_written();
+    return;
+  }
   thread_local std::mt19937_64 seeds{std::random_device{}()};
   absl::StatusOr<openai::Request> request =
       openai::parse_request(endpoint, body, options_.max_tokens_limit, seeds());

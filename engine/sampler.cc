@@ -14,7 +14,10 @@ absl::Status scratch_exhausted(const char* array, std::size_t bytes) {
                                               array, " array (", bytes, " bytes)"));
 }
 
-absl::Status out_of_range(const char* field, double value, const char* range) {
+// `value` keeps its own type, so a float prints as the float it is ("-0.1",
+// not the double nearest it).
+template <typename T>
+absl::Status out_of_range(const char* field, T value, const char* range) {
   return absl::InvalidArgumentError(
       str_cat(field, " = ", value, " is out of range: allowed ", range));
 }

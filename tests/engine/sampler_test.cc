@@ -161,6 +161,10 @@ TEST(Sampler, ValidationNamesTheField) {
   p = {};
   p.repetition_penalty = 0;
   EXPECT_NE(validate_sampling(p).message().find("repetition_penalty"), std::string::npos);
+  // A float value is shown as the float it is, not the double nearest it.
+  p = {};
+  p.top_p = -0.1f;
+  EXPECT_EQ(validate_sampling(p).message(), "top_p = -0.1 is out of range: allowed (0, 1]");
   EXPECT_TRUE(validate_sampling(SamplingParams{}).ok());
 }
 

@@ -527,13 +527,17 @@ internal::PackedWeights Linear::packed_weights() const {
   return {packed_.get(), group_stride_, scales_offset_, n_in_ / kQuantGroup, n_out_};
 }
 
+bool Linear::worth_splitting(std::size_t m, const ThreadPool* pool) const {
+  return pool != nullptr && pool->threads() > 1 &&
+         m * n_out_ * n_in_ >= (m == 1 ? kMinParallelGemvMacs : kMinParallelMacs);
+}
+
 void Linear::run_half(const float* x, std::size_t m, float* y, ThreadPool* pool) const {
   const internal::LinearKernels& k = linear_kernels();
   const internal::HalfMatmulFn matmul = format_ == Format::kBF16 ? k.bf16 : k.f16;
   const internal::HalfWeights w{reinterpret_cast<const std::uint16_t*>(packed_.get()),
                                 group_stride_ / 2, n_in_, n_out_};
-  const std::size_t threads = pool != nullptr ? pool->threads() : 1;
-  if (threads <= 1 || m * n_out_ * n_in_ < (m == 1 ? kMinParallelGemvMacs : kMinParallelMacs)) {
+  if (!worth_splitting(m, pool)) {
     matmul(w, x, m, 0, groups_, y);
     return;
   }
@@ -548,10 +552,9 @@ void Linear::run_half(const float* x, std::size_t m, float* y, ThreadPool* pool)
 void Linear::run_quantized(const internal::QuantizedActivations& a, float* y,
                            ThreadPool* pool) const {
   const std::size_t m = a.m;
-  const std::size_t threads = pool != nullptr ? pool->threads() : 1;
   const internal::PackedWeights w = packed_weights();
   const internal::MatmulFn matmul = matmul_fn(a.per_token);
-  if (threads <= 1 || m * n_out_ * n_in_ < (m == 1 ? kMinParallelGemvMacs : kMinParallelMacs)) {
+  if (!worth_splitting(m, pool)) {
     matmul(w, a, 0, groups_, 0, m, y, n_out_);
     return;
   }
@@ -560,7 +563,7 @@ void Linear::run_quantized(const internal::QuantizedActivations& a, float* y,
   // groups (a register tile) otherwise; whole token tiles.
   const std::size_t unit = m == 1 ? kGemvSliceGroups : 2;
   const std::size_t units = (groups_ + unit - 1) / unit;
-  if (m < kGemmTokens || units >= 2 * threads) {
+  if (m < kGemmTokens || units >= 2 * pool->threads()) {
     pool->parallel_for(units, 1, [&](std::size_t u0, std::size_t u1) {
       const std::size_t g1 = u1 * unit < groups_ ? u1 * unit : groups_;
       matmul(w, a, u0 * unit, g1, 0, m, y, n_out_);

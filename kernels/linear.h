@@ -211,6 +211,9 @@ class Linear {
                               ThreadPool* pool, ActivationQuant aq,
                               internal::QuantizedActivations& a) const;
   void run_quantized(const internal::QuantizedActivations& a, float* y, ThreadPool* pool) const;
+  // Whether a forward of m tokens is large enough to split across `pool`
+  // (else the calling thread runs it), for the quantized and half paths.
+  bool worth_splitting(std::size_t m, const ThreadPool* pool) const;
   // The half path (split across the pool when large enough).
   void run_half(const float* x, std::size_t m, float* y, ThreadPool* pool) const;
   static absl::StatusOr<Linear> pack_half(Format format, const std::uint16_t* w, std::size_t n_out,

@@ -25,14 +25,6 @@ namespace {
 
 using kernels::Isa;
 
-std::vector<float> random_vector(std::size_t n, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
 std::set<std::string> reported;           // what + isa already in the summary
 std::map<std::string, double> scalar_ns;  // what -> the scalar path's ns/call
 
@@ -71,7 +63,7 @@ void BM_RmsNorm4096(benchmark::State& state) {
   const Isa isa = isa_arg(state);
   kernels::ScopedIsa forced(isa);
   const std::size_t dim = 4096;
-  const std::vector<float> x = random_vector(dim, 1), w = random_vector(dim, 2);
+  const std::vector<float> x = random_floats(dim, 1), w = random_floats(dim, 2);
   std::vector<float> y(dim);
   auto once = [&] {
     kernels::rms_norm(x.data(), w.data(), 1, dim, 1e-5f, y.data());
@@ -86,7 +78,7 @@ void BM_Swiglu11008(benchmark::State& state) {
   const Isa isa = isa_arg(state);
   kernels::ScopedIsa forced(isa);
   const std::size_t n = 11008;
-  const std::vector<float> g = random_vector(n, 3), u = random_vector(n, 4);
+  const std::vector<float> g = random_floats(n, 3), u = random_floats(n, 4);
   std::vector<float> out(n);
   auto once = [&] {
     kernels::swiglu(g.data(), u.data(), n, out.data());
@@ -103,7 +95,7 @@ void BM_Softmax32x4096(benchmark::State& state) {
   const Isa isa = isa_arg(state);
   kernels::ScopedIsa forced(isa);
   const std::size_t rows = 32, n = 4096;
-  const std::vector<float> src = random_vector(rows * n, 5);
+  const std::vector<float> src = random_floats(rows * n, 5);
   std::vector<float> x(rows * n);
   auto once = [&] {
     std::copy(src.begin(), src.end(), x.begin());
@@ -120,7 +112,7 @@ void BM_Rope32x128(benchmark::State& state) {
   const Isa isa = isa_arg(state);
   const auto style = static_cast<kernels::RopeStyle>(state.range(1));
   kernels::ScopedIsa forced(isa);
-  std::vector<float> x = random_vector(32 * 128, 6);
+  std::vector<float> x = random_floats(32 * 128, 6);
   const kernels::RopeConfig cfg{style, 128};
   std::size_t pos = 1000;
   auto once = [&] {
@@ -143,7 +135,7 @@ void BM_EmbeddingQ8_0(benchmark::State& state) {
   const std::size_t vocab = 32000, dim = 4096;
   static std::vector<kernels::BlockQ8_0> table = [&] {
     std::vector<kernels::BlockQ8_0> t(vocab * dim / 32);
-    const std::vector<float> row = random_vector(dim, 7);
+    const std::vector<float> row = random_floats(dim, 7);
     for (std::size_t r = 0; r < vocab; ++r)
       kernels::quantize_row_q8_0(row.data(), t.data() + r * dim / 32, dim);
     return t;

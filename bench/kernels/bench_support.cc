@@ -11,6 +11,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -176,6 +177,14 @@ double measure(std::size_t threads, int reads) {
 }
 
 }  // namespace
+
+std::vector<float> random_floats(std::size_t n, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> dist(0.0f, 1.0f);
+  std::vector<float> v(n);
+  for (float& x : v) x = dist(rng);
+  return v;
+}
 
 kernels::ThreadPool& bench_pool(std::size_t threads) {
   std::lock_guard<std::mutex> lock(mu);

@@ -7,8 +7,10 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "kernels/cpu_features.h"
 #include "kernels/thread_pool.h"
@@ -25,6 +27,9 @@ double stream_read_gbps(std::size_t threads);
 // each timed iteration, so a ratio compares two figures of the same moment
 // on a machine whose bandwidth drifts with its neighbours' load.
 double stream_read_gbps_now(std::size_t threads, int reads);
+
+// n draws of N(0, 1) from std::mt19937(seed): the same inputs every run.
+std::vector<float> random_floats(std::size_t n, std::uint32_t seed);
 
 // A pool of `threads` threads for benchmarks (kept for the whole run).
 kernels::ThreadPool& bench_pool(std::size_t threads);

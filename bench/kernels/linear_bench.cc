@@ -61,14 +61,6 @@ const char* format_name(Linear::Format f) {
   }
 }
 
-std::vector<float> random_floats(std::size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
-
 absl::StatusOr<Linear> make_linear(Linear::Format format, std::size_t n_out, std::size_t n_in,
                                    const std::vector<float>& w) {
   const std::size_t blocks = n_out * n_in / 32;

@@ -17,9 +17,12 @@
 #include "kernels/fp16.h"
 #include "kernels/thread_pool.h"
 #include "tests/support/heap_counter.h"
+#include "tests/support/random_floats.h"
 
 namespace hearth::kernels {
 namespace {
+
+using ::hearth::testing::random_normal_floats;
 
 constexpr double kU = 1.0 / (1 << 24);  // unit roundoff of float: 2^-24
 const std::size_t kSizes[] = {1, 7, 33, 100, 4097};
@@ -27,14 +30,6 @@ const std::size_t kSizes[] = {1, 7, 33, 100, 4097};
 // Relative error bound of one exp on a path: glibc's expf (scalar path) is
 // within 1 ulp, i.e. 2^-23 relative; SIMD paths promise kExpMaxRelError.
 double exp_error(Isa isa) { return isa == Isa::kScalar ? 2 * kU : kExpMaxRelError; }
-
-std::vector<float> random_vector(std::size_t n, std::uint32_t seed, float stddev = 1.0f) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, stddev);
-  std::vector<float> v(n);
-  for (float& x : v) x = dist(rng);
-  return v;
-}
 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
@@ -121,7 +116,7 @@ TEST(Exp, SpecialValuesAndExtremes) {
 
 TEST(Exp, OddLengthsAndInPlace) {
   for (std::size_t n : kSizes) {
-    const std::vector<float> x = random_vector(n, 3 + static_cast<std::uint32_t>(n), 20.0f);
+    const std::vector<float> x = random_normal_floats(n, 3 + static_cast<std::uint32_t>(n), 20.0f);
     for (Isa isa : supported_isas()) {
       ScopedIsa forced(isa);
       std::vector<float> y(n + 1, -7.0f), z = x;
@@ -165,8 +160,8 @@ TEST(RmsNorm, EveryPathMatchesNaiveAndScalarOnOddSizes) {
   for (std::size_t dim : kSizes) {
     for (std::size_t tokens : {1, 3}) {
       const std::vector<float> x =
-          random_vector(tokens * dim, 10 + static_cast<std::uint32_t>(dim), 2.0f);
-      const std::vector<float> w = random_vector(dim, 20 + static_cast<std::uint32_t>(dim));
+          random_normal_floats(tokens * dim, 10 + static_cast<std::uint32_t>(dim), 2.0f);
+      const std::vector<float> w = random_normal_floats(dim, 20 + static_cast<std::uint32_t>(dim));
       for (const float* wp : {w.data(), static_cast<const float*>(nullptr)}) {
         const std::vector<double> exact = naive_rms_norm(x, wp, dim, eps);
         std::vector<float> scalar(x.size());
@@ -288,7 +283,7 @@ TEST(Rope, EveryPathMatchesNaiveForBothStylesFarPositionsAndScaling) {
     const std::vector<std::int32_t> pos(std::begin(kPositions), std::end(kPositions));
     const std::size_t row = c.n_heads * c.head_dim;
     const std::vector<float> x =
-        random_vector(pos.size() * row, 40 + static_cast<std::uint32_t>(row));
+        random_normal_floats(pos.size() * row, 40 + static_cast<std::uint32_t>(row));
     const std::vector<float> ff = factors_for(c);
     RopeConfig cfg;
     cfg.style = c.style;
@@ -334,7 +329,7 @@ TEST(Rope, EveryPathMatchesNaiveForBothStylesFarPositionsAndScaling) {
 // scaled by it (within the rounding of one more product), the others not.
 TEST(Rope, AttnFactorScalesTheRotatedDimensionsOnEveryPath) {
   const std::size_t heads = 3, head_dim = 24, rot_dim = 16;
-  std::vector<float> x = random_vector(5 * heads * head_dim, 31);
+  std::vector<float> x = random_normal_floats(5 * heads * head_dim, 31);
   for (float& v : x) v = std::clamp(v, -1.0f, 1.0f);  // |a| + |b| <= 2
   for (Isa isa : supported_isas()) {
     ScopedIsa forced(isa);
@@ -357,7 +352,7 @@ TEST(Rope, AttnFactorScalesTheRotatedDimensionsOnEveryPath) {
 TEST(Rope, PositionZeroIsIdentityOnEveryPath) {
   for (const RopeCase& c : kRopeCases) {
     const std::size_t row = c.n_heads * c.head_dim;
-    const std::vector<float> x = random_vector(2 * row, 77);
+    const std::vector<float> x = random_normal_floats(2 * row, 77);
     const std::vector<float> ff = factors_for(c);
     RopeConfig cfg{c.style, c.rot_dim, c.base, c.freq_scale, c.factors ? ff.data() : nullptr};
     const std::int32_t zeros[2] = {0, 0};
@@ -374,7 +369,7 @@ TEST(Rope, PositionZeroIsIdentityOnEveryPath) {
 TEST(Rope, StartPosOverloadEqualsExplicitPositions) {
   const RopeCase& c = kRopeCases[2];
   const std::size_t row = c.n_heads * c.head_dim, tokens = 9;
-  const std::vector<float> x = random_vector(tokens * row, 5);
+  const std::vector<float> x = random_normal_floats(tokens * row, 5);
   RopeConfig cfg{c.style, c.rot_dim, c.base, c.freq_scale, nullptr};
   std::vector<std::int32_t> pos(tokens);
   for (std::size_t t = 0; t < tokens; ++t) pos[t] = static_cast<std::int32_t>(100 + t);
@@ -418,8 +413,8 @@ TEST(Rope, PairingFollowsTheStyle) {
 // absolute for g << 0 where the exact value is below float's normal range.
 TEST(Swiglu, EveryPathMatchesNaiveIncludingExtremes) {
   for (std::size_t n : kSizes) {
-    std::vector<float> g = random_vector(n, 50 + static_cast<std::uint32_t>(n), 8.0f);
-    const std::vector<float> up = random_vector(n, 60 + static_cast<std::uint32_t>(n));
+    std::vector<float> g = random_normal_floats(n, 50 + static_cast<std::uint32_t>(n), 8.0f);
+    const std::vector<float> up = random_normal_floats(n, 60 + static_cast<std::uint32_t>(n));
     const float extremes[] = {-1000.0f, 1000.0f, -88.8f, 88.8f, -0.0f, 0.0f, -104.0f, 30.0f};
     for (std::size_t i = 0; i < n && i < std::size(extremes); ++i) g[i * 13 % n] = extremes[i];
     for (Isa isa : supported_isas()) {
@@ -448,8 +443,8 @@ TEST(Swiglu, EveryPathMatchesNaiveIncludingExtremes) {
 // into as much relative error; exp itself adds E, the division and products 4u.
 TEST(Geglu, EveryPathMatchesNaiveIncludingExtremes) {
   for (std::size_t n : kSizes) {
-    std::vector<float> g = random_vector(n, 70 + static_cast<std::uint32_t>(n), 4.0f);
-    const std::vector<float> up = random_vector(n, 80 + static_cast<std::uint32_t>(n));
+    std::vector<float> g = random_normal_floats(n, 70 + static_cast<std::uint32_t>(n), 4.0f);
+    const std::vector<float> up = random_normal_floats(n, 80 + static_cast<std::uint32_t>(n));
     const float extremes[] = {-1000.0f, 1000.0f, -12.0f, 12.0f, -0.0f, 0.0f, -5.0f, 30.0f};
     for (std::size_t i = 0; i < n && i < std::size(extremes); ++i) g[i * 13 % n] = extremes[i];
     for (Isa isa : supported_isas()) {
@@ -480,7 +475,7 @@ TEST(Geglu, EveryPathMatchesNaiveIncludingExtremes) {
 TEST(Softcap, EveryPathMatchesNaiveIncludingInfinities) {
   for (float cap : {30.0f, 0.5f}) {
     for (std::size_t n : kSizes) {
-      std::vector<float> x = random_vector(n, 90 + static_cast<std::uint32_t>(n), 3 * cap);
+      std::vector<float> x = random_normal_floats(n, 90 + static_cast<std::uint32_t>(n), 3 * cap);
       const float extremes[] = {INFINITY, -INFINITY, 1e30f, -1e30f, 0.0f, -0.0f, 1e-30f, cap};
       for (std::size_t i = 0; i < n && i < std::size(extremes); ++i) x[i * 13 % n] = extremes[i];
       for (Isa isa : supported_isas()) {
@@ -510,7 +505,8 @@ TEST(Softmax, EveryPathMatchesNaiveWithMaskedEntries) {
   const float inf = std::numeric_limits<float>::infinity();
   for (std::size_t n : kSizes) {
     for (std::size_t rows : {1, 3}) {
-      std::vector<float> x = random_vector(rows * n, 70 + static_cast<std::uint32_t>(n), 3.0f);
+      std::vector<float> x =
+          random_normal_floats(rows * n, 70 + static_cast<std::uint32_t>(n), 3.0f);
       // Mask every 5th entry except the first of each row (rows keep a finite value).
       for (std::size_t i = 0; i < x.size(); ++i)
         if (i % n != 0 && i % 5 == 2) x[i] = -inf;
@@ -587,10 +583,10 @@ TEST(Softmax, LargeInputsAreStable) {
 // exactly, which is the double result rounded once.
 TEST(VectorHelpers, AddScaleAndBiasAreExactOnEveryPath) {
   for (std::size_t n : kSizes) {
-    const std::vector<float> a = random_vector(n, 90 + static_cast<std::uint32_t>(n));
-    const std::vector<float> b = random_vector(n, 91 + static_cast<std::uint32_t>(n), 5.0f);
+    const std::vector<float> a = random_normal_floats(n, 90 + static_cast<std::uint32_t>(n));
+    const std::vector<float> b = random_normal_floats(n, 91 + static_cast<std::uint32_t>(n), 5.0f);
     const std::size_t rows = 3;
-    const std::vector<float> m = random_vector(rows * n, 92);
+    const std::vector<float> m = random_normal_floats(rows * n, 92);
     for (Isa isa : supported_isas()) {
       ScopedIsa forced(isa);
       std::vector<float> y = a;
@@ -642,9 +638,9 @@ TEST(Widen, F16AndBf16AreExactForEveryBitPatternOnEveryPath) {
 TEST(Threading, PoolGivesTheSameBitsAsOneThread) {
   ThreadPool pool(2);
   const std::size_t tokens = 16, dim = 4096;
-  const std::vector<float> x = random_vector(tokens * dim, 101);
-  const std::vector<float> w = random_vector(dim, 102);
-  const std::vector<float> u = random_vector(tokens * dim, 103);
+  const std::vector<float> x = random_normal_floats(tokens * dim, 101);
+  const std::vector<float> w = random_normal_floats(dim, 102);
+  const std::vector<float> u = random_normal_floats(tokens * dim, 103);
   const std::vector<std::int32_t> pos = {0,  1,  511, 4095, 7,  8,  9,  10,
                                          11, 12, 13,  14,   15, 16, 17, 18};
   RopeConfig cfg{RopeStyle::kNeox, 128};
@@ -674,8 +670,8 @@ TEST(Threading, PoolGivesTheSameBitsAsOneThread) {
 TEST(Heap, HotOpsMakeNoHeapAllocation) {
   ThreadPool pool(2);
   const std::size_t tokens = 16, dim = 4096;
-  std::vector<float> x = random_vector(tokens * dim, 111), y(x.size());
-  const std::vector<float> w = random_vector(dim, 112);
+  std::vector<float> x = random_normal_floats(tokens * dim, 111), y(x.size());
+  const std::vector<float> w = random_normal_floats(dim, 112);
   RopeConfig cfg{RopeStyle::kNormal, 128};
   const std::vector<float> ff(64, 2.0f);
   RopeConfig cfg3{RopeStyle::kNeox, 128, 500000.0f, 1.0f, ff.data()};

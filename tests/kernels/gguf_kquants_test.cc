@@ -7,17 +7,12 @@
 #include <vector>
 
 #include "kernels/fp16.h"
+#include "tests/support/random_floats.h"
 
 namespace hearth::kernels {
 namespace {
 
-std::vector<float> random_row(std::size_t n, unsigned seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> x(n);
-  for (float& v : x) v = dist(rng);
-  return x;
-}
+using ::hearth::testing::random_normal_floats;
 
 // Hand-built blocks pin the bit layout of each format.
 TEST(KQuants, Q4_KLayoutLowNibblesFirstThenHigh) {
@@ -57,7 +52,7 @@ TEST(KQuants, Q6_KLayout) {
 // Round trip through the encoders: error within one level of each sub-block.
 TEST(KQuants, EncodersRoundTripWithinTheirStep) {
   const std::size_t n = 256 * 3;
-  const std::vector<float> x = random_row(n, 5);
+  const std::vector<float> x = random_normal_floats(n, 5);
   std::vector<float> y(n);
   std::vector<BlockQ4_K> q4(n / 256);
   quantize_row_q4_k(x.data(), q4.data(), n);

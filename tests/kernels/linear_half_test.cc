@@ -19,9 +19,12 @@
 #include "kernels/thread_pool.h"
 #include "memory/caching_allocator.h"
 #include "tests/support/heap_counter.h"
+#include "tests/support/random_floats.h"
 
 namespace hearth::kernels {
 namespace {
+
+using ::hearth::testing::random_normal_floats;
 
 using Format = Linear::Format;
 
@@ -58,14 +61,6 @@ std::vector<std::uint16_t> make_halves(Format format, std::size_t n, std::uint32
 
 float widen(Format format, std::uint16_t h) {
   return format == Format::kF16 ? fp16_to_f32(h) : bf16_to_f32(h);
-}
-
-std::vector<float> make_activations(std::size_t n, std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> x(n);
-  for (float& v : x) v = dist(rng);
-  return x;
 }
 
 absl::StatusOr<Linear> make(Format format, const std::vector<std::uint16_t>& w, const Shape& s,
@@ -107,7 +102,7 @@ TEST_P(LinearHalf, EveryPathAndThreadCountComputesTheContractBitForBit) {
   std::uint32_t seed = 1;
   for (const Shape& s : kShapes) {
     const std::vector<std::uint16_t> w = make_halves(format, s.n_out * s.n_in, seed++);
-    const std::vector<float> x = make_activations(s.m * s.n_in, seed++);
+    const std::vector<float> x = random_normal_floats(s.m * s.n_in, seed++);
     absl::StatusOr<Linear> l = make(format, w, s);
     ASSERT_TRUE(l.ok()) << l.status();
     EXPECT_EQ(l->format(), format);
@@ -132,7 +127,7 @@ TEST_P(LinearHalf, WithinTheStatedBoundOfADoubleProduct) {
   const Format format = GetParam();
   const Shape s{65, 1000, 9};
   const std::vector<std::uint16_t> w = make_halves(format, s.n_out * s.n_in, 50);
-  const std::vector<float> x = make_activations(s.m * s.n_in, 51);
+  const std::vector<float> x = random_normal_floats(s.m * s.n_in, 51);
   absl::StatusOr<Linear> l = make(format, w, s);
   ASSERT_TRUE(l.ok()) << l.status();
   const std::vector<float> y = run(*l, x, s.m, nullptr);
@@ -153,7 +148,7 @@ TEST_P(LinearHalf, PackedOnAPoolEqualsPackedOnTheCallerAndAsBigAsTheFile) {
   ThreadPool pool(2);
   for (const Shape& s : {Shape{17, 300, 3}, Shape{1000, 64, 1}}) {
     const std::vector<std::uint16_t> w = make_halves(format, s.n_out * s.n_in, 60);
-    const std::vector<float> x = make_activations(s.m * s.n_in, 61);
+    const std::vector<float> x = random_normal_floats(s.m * s.n_in, 61);
     absl::StatusOr<Linear> a = make(format, w, s), b = make(format, w, s, &pool);
     ASSERT_TRUE(a.ok() && b.ok());
     const std::vector<float> ya = run(*a, x, s.m, nullptr), yb = run(*b, x, s.m, nullptr);
@@ -173,7 +168,7 @@ TEST_P(LinearHalf, ForwardSameInputEqualsSeparateForwards) {
   const std::vector<std::uint16_t> wk = make_halves(format, 16 * 96, 71);
   absl::StatusOr<Linear> lq = make(format, wq, q), lk = make(format, wk, kv);
   ASSERT_TRUE(lq.ok() && lk.ok());
-  const std::vector<float> x = make_activations(5 * 96, 72);
+  const std::vector<float> x = random_normal_floats(5 * 96, 72);
   std::vector<float> yq(5 * 64), yk(5 * 16);
   const Linear* layers[] = {&*lq, &*lk};
   float* ys[] = {yq.data(), yk.data()};
@@ -191,7 +186,7 @@ TEST_P(LinearHalf, ForwardMakesNoHeapAllocation) {
   absl::StatusOr<Linear> l = make(format, w, s);
   ASSERT_TRUE(l.ok());
   for (std::size_t m : {1, 64}) {
-    const std::vector<float> x = make_activations(m * s.n_in, 81);
+    const std::vector<float> x = random_normal_floats(m * s.n_in, 81);
     std::vector<float> y(m * s.n_out);
     for (ThreadPool* p : {static_cast<ThreadPool*>(nullptr), &pool}) {
       CachingAllocator scratch;

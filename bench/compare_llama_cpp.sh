@@ -5,7 +5,8 @@
 #   bench/compare_llama_cpp.sh --llama-bench PATH [options]     (--help lists them)
 #
 # llama.cpp is not part of hearth: build it yourself (outside this
-# repository) and give this script its llama-bench binary. The models are
+# repository) and give this script its llama-bench binary (ik_llama.cpp's
+# works too, with --llama-args "-rtr 1" for its repacked layouts). The models are
 # the TinyLlama 1.1B shape that bench_engine calls (b) (2048 wide, 22 layers,
 # 32 heads, 4 KV heads, FFN 5632, vocab 32000, synthetic weights), written by
 # `hearth-model synth` once per type into --models-dir (the same files
@@ -26,6 +27,8 @@ usage() {
 usage: bench/compare_llama_cpp.sh --llama-bench PATH [options]
 
   --llama-bench PATH    llama.cpp's llama-bench binary (required)
+  --llama-args "ARGS"   more arguments for llama-bench (e.g. "-rtr 1" for ik_llama.cpp's
+                        run-time repacking)
   --build DIR           hearth build tree (default build/release)
   --types "q8_0 q4_0"   weight types (default both)
   --threads T           threads of both (default 2)
@@ -37,6 +40,7 @@ EOF
 }
 
 llama_bench=
+llama_args=
 build=build/release
 types="q8_0 q4_0"
 threads=2
@@ -48,6 +52,7 @@ need() { [ $# -ge 2 ] || { echo "compare_llama_cpp.sh: $1 needs a value" >&2; ex
 while [ $# -gt 0 ]; do
   case "$1" in
     --llama-bench) need "$@"; llama_bench=$2; shift 2 ;;
+    --llama-args) need "$@"; llama_args=$2; shift 2 ;;
     --build) need "$@"; build=$2; shift 2 ;;
     --types) need "$@"; types=$2; shift 2 ;;
     --threads) need "$@"; threads=$2; shift 2 ;;
@@ -71,7 +76,7 @@ prompt=$(printf 'hello %.0s' $(seq 1 "$prompt_words"))
 # shellcheck source=bench/synth_model.sh
 . "$(dirname "$0")/synth_model.sh"
 
-echo "=== hearth vs llama.cpp: $(nproc) cores, $(date -u +%Y-%m-%dT%H:%M:%SZ), $threads threads, $reps runs each"
+echo "=== hearth vs $llama_bench $llama_args: $(nproc) cores, $(date -u +%Y-%m-%dT%H:%M:%SZ), $threads threads, $reps runs each"
 "$build/bench/bench_kernels" --benchmark_filter='^$' 2>/dev/null | grep '^streaming read bandwidth,' | sed 's/^/    /'
 printf '%-6s %8s %14s %14s %8s %14s %14s %8s\n' type prompt "hearth pp t/s" "llama pp t/s" ratio \
   "hearth tg t/s" "llama tg t/s" ratio
@@ -91,8 +96,9 @@ import statistics, sys
 rows = [l.split() for l in sys.stdin if l.strip()]
 print(rows[0][0], statistics.median(float(r[1]) for r in rows), statistics.median(float(r[2]) for r in rows))')
   # llama.cpp on the same file, the same prompt length and thread count.
+  # shellcheck disable=SC2086 # --llama-args is split into its words
   read -r llama_pp llama_tg < <("$llama_bench" -m "$model" -p "$n_prompt" -n "$tokens" -t "$threads" \
-      -r "$reps" -o json 2>/dev/null | "$py" -c '
+      -r "$reps" $llama_args -o json 2>/dev/null | "$py" -c '
 import json, sys
 pp = tg = float("nan")
 for t in json.load(sys.stdin):

@@ -164,6 +164,7 @@ struct Loader {
   const LoadOptions& options;
   std::map<std::string, int> type_counts;
   std::size_t packed_bytes = 0;
+  std::size_t file_bytes = 0;  // the same projections as the file stores them
 
   absl::StatusOr<Linear> linear(const std::string& name, std::size_t n_in, std::size_t n_out,
                                 bool keep_pages = false) {
@@ -272,6 +273,7 @@ struct Loader {
     if (converted) type += options.convert == LoadOptions::Convert::kQ8_0 ? "->Q8_0" : "->Q4_0";
     ++type_counts[type];
     packed_bytes += l->weight_bytes();
+    file_bytes += ti.n_bytes;
     return l;
   }
 
@@ -430,6 +432,7 @@ absl::StatusOr<std::shared_ptr<const ModelWeights>> ModelWeights::load(
     HEARTH_ASSIGN_OR_RETURN(w->rope_short_, ld.vector("rope_factors_short.weight", c.rope_dim / 2));
   }
   w->packed_bytes_ = ld.packed_bytes;
+  w->projection_file_bytes_ = ld.file_bytes;
   int best = 0;
   for (const auto& [type, count] : ld.type_counts) {
     if (!w->type_summary_.empty()) w->type_summary_ += ", ";

@@ -72,9 +72,12 @@ class ModelWeights {
   const std::vector<float>& rope_factors_short() const { return rope_short_; }
   const std::vector<float>& rope_factors_long() const { return rope_long_; }
 
-  // Bytes the projections read per token (the packed weights) and bytes of the
-  // mapped file; a summary of tensor types ("Q8_0 x 154, F32 x 45").
+  // Bytes the projections read per token (the packed weights), the same
+  // projections' bytes as the file stores them (a decode roofline's bytes),
+  // and bytes of the mapped file; a summary of tensor types ("Q8_0 x 154,
+  // F32 x 45").
   std::size_t packed_bytes() const { return packed_bytes_; }
+  std::size_t projection_file_bytes() const { return projection_file_bytes_; }
   std::size_t mapped_bytes() const { return file_->size(); }
   const std::string& type_summary() const { return type_summary_; }
   // The predominant projection type: "Q8_0", "Q4_0", "F32", "F16", ...
@@ -93,6 +96,7 @@ class ModelWeights {
   std::vector<std::uint8_t> embedding_converted_;  // when the file's type is not native
   std::vector<float> rope_freqs_, rope_short_, rope_long_;
   std::size_t packed_bytes_ = 0;
+  std::size_t projection_file_bytes_ = 0;
   std::string type_summary_;
   std::string quantization_;
 };

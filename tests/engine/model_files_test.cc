@@ -891,6 +891,12 @@ TEST_F(ModelFiles, OlderBlockTypesRunAsQ8_0) {
               std::string::npos)
         << m->weights().type_summary();
     EXPECT_EQ(m->weights().embedding_type(), kernels::DType::kQ8_0);
+    // The roofline's bytes are the file's blocks, not the wider Q8_0 packed from them.
+    std::size_t projection_bytes = 0;
+    for (const GgufTensorInfo& t : m->weights().file().tensors())
+      if (t.n_dims == 2 && t.name != "token_embd.weight") projection_bytes += t.n_bytes;
+    EXPECT_EQ(m->weights().projection_file_bytes(), projection_bytes);
+    EXPECT_GT(m->weights().packed_bytes(), projection_bytes);
     const auto got = all_logits(*m, kTokens);
     // The loader's Q8_0 blocks are those of the whole tensor converted at
     // once, whichever ranges its threads took.

@@ -1,5 +1,6 @@
 #include "server/request_path.h"
 
+#include <ctime>
 #include <optional>
 
 #include "base/status_macros.h"
@@ -57,6 +58,26 @@ absl::Status check_prompt_bytes(std::string_view prompt, const ModelPool& pool) 
   return invalid(str_cat("prompt: ", prompt.size(), " bytes of text cannot fit the context of ",
                          context, " tokens (they are at least ", fewest,
                          " tokens, whatever the text)"));
+}
+
+// The prompt text of a conversation. A non-empty `tools` list the template
+// never reads is refused: the prompt would be the same without it, so the
+// model would not know the tools exist. (An empty list means no tools.) Both
+// renderings read one clock, so a template that prints the date does not
+// differ only by the second it ran in.
+absl::StatusOr<std::string> render_conversation(const chat::ChatPrompt& prompt,
+                                                chat::ChatContext context,
+                                                const std::string& model) {
+  if (!context.now_unix_seconds) context.now_unix_seconds = std::time(nullptr);
+  HEARTH_ASSIGN_OR_RETURN(std::string text, prompt.render(context));
+  if (context.tools && context.tools->is_array() && !context.tools->empty()) {
+    context.tools.reset();
+    const absl::StatusOr<std::string> without = prompt.render(context);
+    if (without.ok() && *without == text)
+      return invalid(str_cat("tools: the chat template of model '", model,
+                             "' does not use them (it renders the same prompt without them)"));
+  }
+  return text;
 }
 
 }  // namespace
@@ -133,7 +154,8 @@ absl::StatusOr<std::unique_ptr<Admission>> RequestPath::admit(const ChatCall& ca
   generate.model = call.model;
   generate.reuse_prefix = call.reuse_prefix;
   generate.request = call.request;
-  HEARTH_ASSIGN_OR_RETURN(generate.request.prompt, prompt->render(call.conversation));
+  HEARTH_ASSIGN_OR_RETURN(generate.request.prompt,
+                          render_conversation(*prompt, call.conversation, call.model));
   generate.request.tokenize.parse_special = true;
   generate.request.tokenize.add_bos =
       pool->tokenizer().add_bos_default() && !prompt->starts_with_bos(generate.request.prompt);

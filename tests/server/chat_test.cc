@@ -1,7 +1,7 @@
 // Chat and ChatComplete through a real hearth-server serving the trained
-// stories260K model (../shared) under three names: "stories" with a Zephyr
-// chat template and "strict" with Mistral's (both given with
-// --chat-template), "plain" with none (the file has no template).
+// stories260K model (../shared) under four names: "stories" with a Zephyr
+// chat template, "strict" with Mistral's and "tooled" with Qwen2.5's (all
+// given with --chat-template), "plain" with none (the file has no template).
 //
 // The expected prompt comes from Python's jinja2 (tests/chat/render_jinja2.py,
 // Hugging Face's apply_chat_template configuration), not from hearth's
@@ -24,6 +24,7 @@ namespace {
 const fs::path kTemplates = fs::path(HEARTH_SOURCE_DIR) / "tests/chat/templates";
 const fs::path kZephyr = kTemplates / "HuggingFaceH4-zephyr-7b-beta.jinja";
 const fs::path kMistral = kTemplates / "mistralai-Mistral-7B-Instruct-v0.2.jinja";
+const fs::path kQwen = kTemplates / "Qwen-Qwen2.5-7B-Instruct.jinja";
 
 std::string read_file(const fs::path& p) {
   std::ifstream in(p, std::ios::binary);
@@ -117,10 +118,12 @@ class ChatTest : public ::testing::Test {
     HEARTH_REQUIRE_SHARED();
     const std::string path = stories_path().string();
     HEARTH_START_SERVER(
-        server_, server_args({"--model", "stories=" + path, "--model", "strict=" + path, "--model",
-                              "plain=" + path, "--chat-template", "stories=" + kZephyr.string(),
-                              "--chat-template", "strict=" + kMistral.string(), "--instances", "1",
-                              "--kv-cache", "float"}));
+        server_,
+        server_args({"--model", "stories=" + path, "--model", "strict=" + path, "--model",
+                     "plain=" + path, "--model", "tooled=" + path, "--chat-template",
+                     "stories=" + kZephyr.string(), "--chat-template",
+                     "strict=" + kMistral.string(), "--chat-template", "tooled=" + kQwen.string(),
+                     "--instances", "1", "--kv-cache", "float"}));
     stub_ = make_stub(plain_channel(server_.grpc_address()));
   }
 
@@ -246,6 +249,41 @@ TEST_F(ChatTest, BadFieldsAreInvalidArgumentNamingThem) {
   }
   const StreamResult unknown = chat(*stub_, chat_request("nope", {{"user", "x"}}));
   EXPECT_EQ(unknown.status.error_code(), grpc::StatusCode::NOT_FOUND);
+}
+
+// Tools reach the model only through its template. A template that never
+// reads them would drop them without a word, so they are refused naming the
+// field; a template that reads them puts them in the prompt; an empty list
+// is no tools.
+TEST_F(ChatTest, ToolsTheTemplateDoesNotReadAreRefused) {
+  const std::string tools =
+      R"([{"type": "function", "function": {"name": "get_weather", "description": )"
+      R"("The weather in a city", "parameters": {"type": "object", "properties": )"
+      R"({"city": {"type": "string"}}}}}])";
+  v1::ChatRequest zephyr = chat_request("stories", {{"user", "Weather in Paris?"}});
+  zephyr.set_tools(tools);
+  const StreamResult refused = chat(*stub_, zephyr);
+  EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
+      << status_text(refused.status);
+  EXPECT_NE(refused.status.error_message().find(
+                "tools: the chat template of model 'stories' does not use them"),
+            std::string::npos)
+      << status_text(refused.status);
+  EXPECT_TRUE(refused.pieces.empty());
+  zephyr.set_tools("[]");
+  const StreamResult none = chat(*stub_, zephyr);
+  EXPECT_TRUE(none.status.ok()) << status_text(none.status);
+
+  v1::ChatRequest qwen = chat_request("tooled", {{"user", "Weather in Paris?"}});
+  const StreamResult without = chat(*stub_, qwen);
+  qwen.set_tools(tools);
+  const StreamResult with = chat(*stub_, qwen);
+  ASSERT_TRUE(without.status.ok()) << status_text(without.status);
+  ASSERT_TRUE(with.status.ok()) << status_text(with.status);
+  ASSERT_EQ(without.dones.size(), 1u);
+  ASSERT_EQ(with.dones.size(), 1u);
+  // The tool's description is in the prompt: more tokens than without it.
+  EXPECT_GT(prompt_ids(with.dones[0]).size(), prompt_ids(without.dones[0]).size() + 20);
 }
 
 // `hearth chat`: one message, and a conversation on stdin whose history

@@ -149,6 +149,12 @@ absl::StatusOr<const float*> Sequence::constrain(const float* logits, MemoryAllo
   const bool complete = constraint_->complete();
   for (std::int32_t id : tokenizer_.eog_tokens()) masked[id] = complete ? logits[id] : kRefused;
   const bool any = std::any_of(masked, masked + n_vocab_, [](float l) { return l != kRefused; });
+  if (!any && constraint_->bounds_refuse())
+    return absl::FailedPreconditionError(str_cat(
+        "response_format: the output so far can be parsed in more than ",
+        grammar::ParseState::kMaxParses, " ways (or more than ", grammar::ParseState::kMaxDepth,
+        " rules deep), the grammar's limit, so no token can follow it; make the grammar "
+        "less ambiguous"));
   if (!any)
     return absl::FailedPreconditionError(
         "response_format: no token of the vocabulary can continue the output");

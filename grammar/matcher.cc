@@ -24,6 +24,9 @@ Scratch& scratch() {
   return s;
 }
 
+// bound_refusals()'s count, per thread.
+thread_local std::uint64_t bound_refusal_count = 0;
+
 void push_work(std::vector<std::uint32_t>& work, std::span<const std::uint32_t> parse) {
   work.insert(work.end(), parse.begin(), parse.end());
   work.push_back(static_cast<std::uint32_t>(parse.size()));
@@ -31,9 +34,9 @@ void push_work(std::vector<std::uint32_t>& work, std::span<const std::uint32_t> 
 
 // Expands every parse in `s.work` until its top is a character class (or
 // it is empty: a finished sentence), appending the results to `out` as
-// [depth, positions...]. False when the parses or their depth exceed the
-// bounds.
-bool expand(const Grammar& g, Scratch& s, std::vector<std::uint32_t>& out) {
+// [depth, positions...]. False (counted in bound_refusal_count) when the
+// parses or their depth exceed the bounds.
+bool expand_within_bounds(const Grammar& g, Scratch& s, std::vector<std::uint32_t>& out) {
   std::size_t emitted = 0;
   std::size_t budget = 16 * ParseState::kMaxParses;  // expansion steps
   while (!s.work.empty()) {
@@ -60,6 +63,12 @@ bool expand(const Grammar& g, Scratch& s, std::vector<std::uint32_t>& out) {
     }
   }
   return true;
+}
+
+bool expand(const Grammar& g, Scratch& s, std::vector<std::uint32_t>& out) {
+  if (expand_within_bounds(g, s, out)) return true;
+  ++bound_refusal_count;
+  return false;
 }
 
 // Sorts the parses of `stacks` and drops repeats.
@@ -132,6 +141,8 @@ bool partial_viable(const Grammar& g, const ParseState& s) {
 }
 
 }  // namespace
+
+std::uint64_t bound_refusals() { return bound_refusal_count; }
 
 void ParseState::key(std::string& key) const {
   key.clear();

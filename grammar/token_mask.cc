@@ -96,6 +96,12 @@ std::span<const std::uint64_t> ConstrainedOutput::allowed() {
   return *mask_;
 }
 
+bool ConstrainedOutput::bounds_refuse() const {
+  const std::uint64_t before = bound_refusals();
+  vocabulary_->mask(*grammar_, state_);
+  return bound_refusals() != before;
+}
+
 bool ConstrainedOutput::accept_token(std::int32_t id) {
   if (id < 0 || static_cast<std::size_t>(id) >= vocabulary_->size()) return false;
   const std::string& t = vocabulary_->bytes(id);

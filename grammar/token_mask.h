@@ -80,6 +80,10 @@ class ConstrainedOutput {
   bool accept_token(std::int32_t id);
   bool complete() const { return state_.complete(); }
   bool must_end() const { return state_.must_end(); }
+  // Whether the matcher's bounds (ParseState::kMaxParses, kMaxDepth) refused
+  // some token now, rather than the grammar: the output so far can be parsed
+  // in too many ways. Computes the mask again: for error messages.
+  bool bounds_refuse() const;
 
   std::size_t masks_computed() const { return computed_; }
   std::size_t masks_cached() const { return cached_; }

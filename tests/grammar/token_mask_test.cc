@@ -102,6 +102,24 @@ TEST(TokenMask, RefusesWhatTheGrammarRefuses) {
   EXPECT_EQ(out.allowed()[0], 0u);
 }
 
+// An empty mask says whether the matcher's bounds or the grammar refused:
+// after "x", a "y" opens 10001 parses (each count of optional "a"s), past
+// ParseState::kMaxParses.
+TEST(TokenMask, TellsTheBoundsRefusalsFromTheGrammars) {
+  auto vocab = std::make_shared<const VocabularyIndex>(std::vector<std::string>{"x", "y", "z"});
+  ConstrainedOutput ambiguous(parse_ok("root ::= \"x\" \"y\" (\"a\"?){10000} \"b\""), vocab);
+  EXPECT_EQ(ambiguous.allowed()[0], 0b001u);
+  EXPECT_FALSE(ambiguous.bounds_refuse());
+  ASSERT_TRUE(ambiguous.accept_token(0));
+  EXPECT_EQ(ambiguous.allowed()[0], 0u);
+  EXPECT_TRUE(ambiguous.bounds_refuse());
+
+  ConstrainedOutput plain(parse_ok("root ::= \"x\" \"q\""), vocab);
+  ASSERT_TRUE(plain.accept_token(0));
+  EXPECT_EQ(plain.allowed()[0], 0u);
+  EXPECT_FALSE(plain.bounds_refuse());
+}
+
 TEST(TokenMask, CacheIsSharedByOutputsOfOneGrammar) {
   auto grammar = parse_ok("root ::= [a-z]{0,3} \".\"");
   auto vocab =

@@ -236,6 +236,21 @@ TEST_F(StructuredOutputServer, FormatsItCannotHonourAreRefusedNamingTheField) {
       << st.error_message();
 }
 
+// A grammar whose start is within the matcher's bounds but whose output
+// soon has more parses than it follows ends the request saying so, not as
+// if the grammar allowed no token.
+TEST_F(StructuredOutputServer, AGrammarPastTheParseBoundEndsSayingSo) {
+  v1::GenerateRequest r = make_request("stories", "Once upon a time", 16);
+  r.mutable_response_format()->set_grammar("root ::= \"x\" \"y\" (\"a\"?){10000} \"b\"");
+  v1::CompleteResponse out;
+  const grpc::Status st = complete(*stub_, r, &out);
+  EXPECT_EQ(st.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << status_text(st);
+  EXPECT_NE(st.error_message().find(
+                "response_format: the output so far can be parsed in more than 4096 ways"),
+            std::string::npos)
+      << st.error_message();
+}
+
 // `hearth generate` and `hearth chat` with --json-schema, --grammar and
 // --any-json print what the unary call returns for the same request, and
 // refuse conflicting or unreadable format flags naming them.

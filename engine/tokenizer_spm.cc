@@ -28,9 +28,12 @@ int parse_byte_piece(std::string_view piece) {
   return value;
 }
 
+// One per character of the text, and a queue entry per candidate merge: 16
+// bytes each (offsets fit 32 bits: encode_spm refuses longer texts), since a
+// multi-megabyte text has millions of both.
 struct SpmSymbol {
-  std::size_t begin;   // in the escaped text
-  std::size_t length;  // bytes; 0 once merged into its left neighbour
+  std::uint32_t begin;   // in the escaped text
+  std::uint32_t length;  // bytes; 0 once merged into its left neighbour
   std::int32_t prev;
   std::int32_t next;  // -1 at the ends
 };
@@ -39,7 +42,7 @@ struct SpmBigram {
   float score;  // of the merged piece
   std::int32_t left;
   std::int32_t right;
-  std::size_t length;  // of the merged piece, to detect stale entries
+  std::uint32_t length;  // of the merged piece, to detect stale entries
 };
 
 // Highest score first; on ties the leftmost pair, so merging is deterministic
@@ -125,7 +128,8 @@ absl::Status Tokenizer::encode_spm(std::string_view fragment, bool space_prefix,
   for (std::size_t pos = 0; pos < text.size();) {
     const std::size_t len = decode_utf8(text, pos).length;
     const auto index = static_cast<std::int32_t>(symbols.size());
-    symbols.push_back({pos, len, index - 1, pos + len < text.size() ? index + 1 : -1});
+    symbols.push_back({static_cast<std::uint32_t>(pos), static_cast<std::uint32_t>(len), index - 1,
+                       pos + len < text.size() ? index + 1 : -1});
     pos += len;
   }
 
@@ -134,7 +138,7 @@ absl::Status Tokenizer::encode_spm(std::string_view fragment, bool space_prefix,
     if (left < 0 || right < 0) return;
     const SpmSymbol& l = symbols[left];
     const SpmSymbol& r = symbols[right];
-    const std::size_t length = l.length + r.length;  // the two are adjacent in `text`
+    const std::uint32_t length = l.length + r.length;  // the two are adjacent in `text`
     const std::int32_t id = lookup(std::string_view(text).substr(l.begin, length));
     if (id < 0) return;
     queue.push({scores_[id], left, right, length});

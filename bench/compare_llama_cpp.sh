@@ -65,6 +65,8 @@ while [ $# -gt 0 ]; do
   esac
 done
 [ -n "$llama_bench" ] || { echo "compare_llama_cpp.sh: --llama-bench PATH is required" >&2; usage >&2; exit 2; }
+# --llama-args as words (split on spaces, no globbing).
+read -ra llama_extra <<< "$llama_args"
 [ -x "$llama_bench" ] || { echo "compare_llama_cpp.sh: $llama_bench is not an executable" >&2; exit 2; }
 for p in tools/hearth-generate tools/hearth-model bench/bench_kernels; do
   [ -x "$build/$p" ] || { echo "compare_llama_cpp.sh: $build/$p is missing (build hearth first)" >&2; exit 2; }
@@ -96,9 +98,8 @@ import statistics, sys
 rows = [l.split() for l in sys.stdin if l.strip()]
 print(rows[0][0], statistics.median(float(r[1]) for r in rows), statistics.median(float(r[2]) for r in rows))')
   # llama.cpp on the same file, the same prompt length and thread count.
-  # shellcheck disable=SC2086 # --llama-args is split into its words
   read -r llama_pp llama_tg < <("$llama_bench" -m "$model" -p "$n_prompt" -n "$tokens" -t "$threads" \
-      -r "$reps" $llama_args -o json 2>/dev/null | "$py" -c '
+      -r "$reps" "${llama_extra[@]}" -o json 2>/dev/null | "$py" -c '
 import json, sys
 pp = tg = float("nan")
 for t in json.load(sys.stdin):

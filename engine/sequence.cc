@@ -151,10 +151,10 @@ absl::StatusOr<const float*> Sequence::constrain(const float* logits, MemoryAllo
   const bool any = std::any_of(masked, masked + n_vocab_, [](float l) { return l != kRefused; });
   if (!any && constraint_->bounds_refuse())
     return absl::FailedPreconditionError(str_cat(
-        "response_format: the output so far can be parsed in more than ",
-        grammar::ParseState::kMaxParses, " ways (or more than ", grammar::ParseState::kMaxDepth,
-        " rules deep), the grammar's limit, so no token can follow it; make the grammar "
-        "less ambiguous"));
+        "response_format: the output so far passes the grammar matcher's bounds (more than ",
+        grammar::ParseState::kMaxParses, " ways to parse it, or ", grammar::ParseState::kMaxDepth,
+        " rules deep, or too many expansion steps for one character), so no token can follow "
+        "it; make the grammar less ambiguous"));
   if (!any)
     return absl::FailedPreconditionError(
         "response_format: no token of the vocabulary can continue the output");

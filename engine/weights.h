@@ -73,7 +73,8 @@ class ModelWeights {
   const std::vector<float>& rope_factors_long() const { return rope_long_; }
 
   // Bytes the projections read per token (the packed weights), the same
-  // projections' bytes as the file stores them (a decode roofline's bytes),
+  // projections' bytes as the file stores them (a decode roofline's bytes,
+  // when the types run as stored: LoadOptions::convert reads fewer),
   // and bytes of the mapped file; a summary of tensor types ("Q8_0 x 154,
   // F32 x 45").
   std::size_t packed_bytes() const { return packed_bytes_; }

@@ -50,8 +50,9 @@ ParseState initial_state(const Grammar& grammar);
 // when the grammar refuses the byte (`to` is then unspecified).
 bool advance(const Grammar& grammar, const ParseState& from, unsigned char byte, ParseState& to);
 // How many refusals of advance() and initial_state() on this thread were the
-// bounds' (kMaxParses parses, kMaxDepth deep), not the grammar's: a change
-// across a call tells an error message which of the two refused.
+// bounds' (kMaxParses parses, kMaxDepth deep, 16 * kMaxParses expansion steps
+// for one character), not the grammar's: a change across a call tells an
+// error message which of the two refused.
 std::uint64_t bound_refusals();
 
 class Matcher {

@@ -80,7 +80,7 @@ class ConstrainedOutput {
   bool accept_token(std::int32_t id);
   bool complete() const { return state_.complete(); }
   bool must_end() const { return state_.must_end(); }
-  // Whether the matcher's bounds (ParseState::kMaxParses, kMaxDepth) refused
+  // Whether the matcher's bounds (grammar::bound_refusals()) refused
   // some token now, rather than the grammar: the output so far can be parsed
   // in too many ways. Computes the mask again: for error messages.
   bool bounds_refuse() const;

@@ -60,11 +60,12 @@ absl::Status check_prompt_bytes(std::string_view prompt, const ModelPool& pool) 
                          " tokens, whatever the text)"));
 }
 
-// The prompt text of a conversation. A non-empty `tools` list the template
-// never reads is refused: the prompt would be the same without it, so the
-// model would not know the tools exist. (An empty list means no tools.) Both
-// renderings read one clock, so a template that prints the date does not
-// differ only by the second it ran in.
+// The prompt text of a conversation. A non-empty `tools` list that the
+// template does not render for this conversation is refused: the prompt
+// would be the same without it, so the model would not know the tools exist.
+// (An empty list goes to the template unchecked, as before.) Both renderings
+// read one clock, so a template that prints the date does not differ only by
+// the second it ran in.
 absl::StatusOr<std::string> render_conversation(const chat::ChatPrompt& prompt,
                                                 chat::ChatContext context,
                                                 const std::string& model) {
@@ -75,7 +76,9 @@ absl::StatusOr<std::string> render_conversation(const chat::ChatPrompt& prompt,
     const absl::StatusOr<std::string> without = prompt.render(context);
     if (without.ok() && *without == text)
       return invalid(str_cat("tools: the chat template of model '", model,
-                             "' does not use them (it renders the same prompt without them)"));
+                             "' does not render them for this conversation (the prompt is the "
+                             "same without them); serve the model with a template that does "
+                             "(--chat-template)"));
   }
   return text;
 }

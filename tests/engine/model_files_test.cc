@@ -176,10 +176,14 @@ TEST_F(ModelFiles, TinyRandomF16LoadsAndGenerates) {
   EXPECT_EQ(module.weights().embedding(), file->find_tensor("token_embd.weight")->data);
   // A decode roofline's bytes: the projections as the file stores them.
   std::size_t projection_bytes = 0;
-  for (const char* name : {"output.weight", "blk.0.attn_q.weight", "blk.0.attn_k.weight",
-                           "blk.0.attn_v.weight", "blk.0.attn_output.weight",
-                           "blk.0.ffn_gate.weight", "blk.0.ffn_up.weight", "blk.0.ffn_down.weight"})
-    projection_bytes += file->find_tensor(name)->n_bytes;
+  for (const char* name :
+       {"output.weight", "blk.0.attn_q.weight", "blk.0.attn_k.weight", "blk.0.attn_v.weight",
+        "blk.0.attn_output.weight", "blk.0.ffn_gate.weight", "blk.0.ffn_up.weight",
+        "blk.0.ffn_down.weight"}) {
+    const GgufTensorInfo* t = file->find_tensor(name);
+    ASSERT_NE(t, nullptr) << name;
+    projection_bytes += t->n_bytes;
+  }
   EXPECT_EQ(module.weights().projection_file_bytes(), projection_bytes);
 
   GenerationRequest req;

@@ -266,7 +266,7 @@ TEST_F(ChatTest, ToolsTheTemplateDoesNotReadAreRefused) {
   EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
       << status_text(refused.status);
   EXPECT_NE(refused.status.error_message().find(
-                "tools: the chat template of model 'stories' does not use them"),
+                "tools: the chat template of model 'stories' does not render them"),
             std::string::npos)
       << status_text(refused.status);
   EXPECT_TRUE(refused.pieces.empty());

@@ -82,13 +82,25 @@ ModelPool::~ModelPool() = default;
 
 absl::Status ModelPool::load_chat_prompt(const engine::GgufFile& file) {
   const engine::Tokenizer& t = *tokenizer_;
+  const std::string bos(t.bos() >= 0 ? t.piece(t.bos()) : std::string_view());
+  const std::string eos(t.eos() >= 0 ? t.piece(t.eos()) : std::string_view());
   absl::StatusOr<std::string_view> in_file = file.get_string("tokenizer.chat_template");
   absl::StatusOr<chat::ChatPrompt> p = chat::ChatPrompt::load(
       spec_.chat_template, in_file.ok() ? std::optional<std::string_view>(*in_file) : std::nullopt,
-      std::string(t.bos() >= 0 ? t.piece(t.bos()) : std::string_view()),
-      std::string(t.eos() >= 0 ? t.piece(t.eos()) : std::string_view()));
+      bos, eos);
   if (p.ok()) {
     chat_ = std::make_unique<const chat::ChatPrompt>(std::move(*p));
+    constexpr std::string_view kToolUse = "tokenizer.chat_template.tool_use";
+    absl::StatusOr<std::string_view> tool_use = file.get_string(kToolUse);
+    if (!spec_.chat_template.empty() || !tool_use.ok()) return absl::OkStatus();
+    absl::StatusOr<chat::ChatPrompt> tools =
+        chat::ChatPrompt::create(*tool_use, std::string(kToolUse), bos, eos);
+    if (tools.ok()) {
+      chat_tools_ = std::make_unique<const chat::ChatPrompt>(std::move(*tools));
+    } else {
+      spdlog::warn("{}: requests with tools use tokenizer.chat_template",
+                   std::string(tools.status().message()));
+    }
     return absl::OkStatus();
   }
   // A template the operator gave must work; the file's own only matters to Chat.
@@ -100,9 +112,9 @@ absl::Status ModelPool::load_chat_prompt(const engine::GgufFile& file) {
   return absl::OkStatus();
 }
 
-absl::StatusOr<const chat::ChatPrompt*> ModelPool::chat_prompt() const {
+absl::StatusOr<const chat::ChatPrompt*> ModelPool::chat_prompt(bool with_tools) const {
   if (chat_ == nullptr) return chat_unavailable_;
-  return chat_.get();
+  return with_tools && chat_tools_ != nullptr ? chat_tools_.get() : chat_.get();
 }
 
 ModelPool::Lease::~Lease() {

@@ -21,7 +21,10 @@
 // else the GGUF's tokenizer.chat_template) is parsed at load. An override
 // that cannot be read or parsed fails the load; a model file without a
 // template, or with one hearth cannot parse, still serves Generate, and
-// chat_prompt() says why Chat cannot run.
+// chat_prompt() says why Chat cannot run. Without an override, a file's
+// second template for requests with tools (tokenizer.chat_template.tool_use,
+// as Hermes 2 Pro's and Command R's files carry) is parsed too; when it
+// cannot be, requests with tools use the first.
 //
 // Thread safety: every method may be called from any thread. `mu_` guards the
 // free list, the wait queue and the counters; the Modules themselves are
@@ -113,9 +116,10 @@ class ModelPool {
   PoolCounters counters() const;
   const ModelSpec& spec() const { return spec_; }
   const engine::Tokenizer& tokenizer() const { return *tokenizer_; }
-  // The model's chat template, or FAILED_PRECONDITION naming the model and
+  // The model's chat template (for a request with tools, the file's tool-use
+  // template when it has one), or FAILED_PRECONDITION naming the model and
   // why it has none.
-  absl::StatusOr<const chat::ChatPrompt*> chat_prompt() const;
+  absl::StatusOr<const chat::ChatPrompt*> chat_prompt(bool with_tools = false) const;
   const engine::ModelWeights& weights() const { return *weights_; }
   std::size_t context_length() const { return context_; }
   // Parameters in the model file's tensors.
@@ -132,7 +136,7 @@ class ModelPool {
  private:
   explicit ModelPool(ModelSpec spec);  // in the .cc: chat_ is of an incomplete type here
   void release(std::size_t index);
-  // Sets chat_ or chat_unavailable_ (see the class comment).
+  // Sets chat_ (and chat_tools_) or chat_unavailable_ (see the class comment).
   absl::Status load_chat_prompt(const engine::GgufFile& file);
   // Takes the free instance acquire() hands out. Requires mu_, free_ not empty.
   std::size_t take_free(std::span<const std::int32_t> prompt);
@@ -143,6 +147,7 @@ class ModelPool {
   // The chat template (by pointer: the interpreter's headers stay out of
   // every file that includes this one); set at load, or...
   std::unique_ptr<const chat::ChatPrompt> chat_;
+  std::unique_ptr<const chat::ChatPrompt> chat_tools_;      // tokenizer.chat_template.tool_use
   absl::Status chat_unavailable_;                           // ...why not
   std::vector<std::unique_ptr<engine::Module>> instances_;  // fixed after load
   std::size_t context_ = 0;

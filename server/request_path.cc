@@ -151,7 +151,9 @@ absl::StatusOr<std::unique_ptr<Admission>> RequestPath::admit(const ChatCall& ca
                                                               RequestRecord& record) {
   HEARTH_ASSIGN_OR_RETURN(ModelPool * pool, find(call.method, call.model, record));
   if (call.conversation.messages.empty()) return invalid("messages: at least one is needed");
-  HEARTH_ASSIGN_OR_RETURN(const chat::ChatPrompt* prompt, pool->chat_prompt());
+  const std::optional<nlohmann::ordered_json>& tools = call.conversation.tools;
+  HEARTH_ASSIGN_OR_RETURN(const chat::ChatPrompt* prompt,
+                          pool->chat_prompt(tools && tools->is_array() && !tools->empty()));
   GenerateCall generate;
   generate.method = call.method;
   generate.model = call.model;

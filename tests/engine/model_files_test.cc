@@ -23,6 +23,7 @@
 #include "kernels/fp16.h"
 #include "kernels/gguf_legacy_blocks.h"
 #include "memory/thread_temp_allocator.h"
+#include "tests/support/gguf_rewrite.h"
 #include "tests/support/shared_data.h"
 #include "tests/support/temp_dir_test.h"
 
@@ -30,7 +31,10 @@ namespace hearth::engine {
 namespace {
 
 namespace fs = std::filesystem;
+using testing::KvEdit;
 using testing::read_file;
+using testing::rewrite;
+using testing::TensorEdit;
 using testing::write_file;
 
 std::string model_path(const char* name) {
@@ -46,25 +50,6 @@ class ModelFiles : public testing::TempDirTest {
     return path(name);
   }
 };
-
-// A copy of `src` with metadata and tensors edited: each editor returns true
-// when it has written (or deliberately dropped) the item itself.
-using KvEdit = std::function<bool(const GgufKv&, GgufWriter&)>;
-using TensorEdit = std::function<bool(const GgufTensorInfo&, GgufWriter&)>;
-std::string rewrite(const GgufFile& src, const KvEdit& kv_edit, const TensorEdit& tensor_edit) {
-  GgufWriter w(src.alignment());
-  for (const GgufKv& kv : src.metadata()) {
-    if (kv.key == "general.alignment") continue;  // the writer adds it
-    if (kv_edit && kv_edit(kv, w)) continue;
-    w.add_value(kv.key, kv.value);
-  }
-  for (const GgufTensorInfo& t : src.tensors()) {
-    if (tensor_edit && tensor_edit(t, w)) continue;
-    w.add_tensor(t.name, std::vector<std::uint64_t>(t.dims, t.dims + t.n_dims), t.type,
-                 std::string_view(reinterpret_cast<const char*>(t.data), t.n_bytes));
-  }
-  return w.serialize();
-}
 
 std::vector<float> f32_of(const GgufTensorInfo& t) {
   EXPECT_EQ(t.type, GgmlType::kF32) << t.name;

@@ -15,8 +15,11 @@
 #include <string>
 #include <vector>
 
+#include "engine/gguf.h"
+#include "engine/gguf_writer.h"
 #include "nlohmann/json.hpp"
 #include "tests/server/stories_model.h"
+#include "tests/support/gguf_rewrite.h"
 
 namespace hearth::testing {
 namespace {
@@ -104,6 +107,11 @@ StreamResult chat(v1::Inference::Stub& stub, const v1::ChatRequest& req) {
 std::vector<std::int32_t> prompt_ids(const v1::Done& done) {
   return {done.usage().prompt_ids().begin(), done.usage().prompt_ids().end()};
 }
+
+const std::string kWeatherTool =
+    R"([{"type": "function", "function": {"name": "get_weather", "description": )"
+    R"("The weather in a city", "parameters": {"type": "object", "properties": )"
+    R"({"city": {"type": "string"}}}}}])";
 
 const std::vector<Message> kConversation = {
     {"system", "You tell short stories."},
@@ -256,10 +264,7 @@ TEST_F(ChatTest, BadFieldsAreInvalidArgumentNamingThem) {
 // field; a template that reads them puts them in the prompt; an empty list
 // is no tools.
 TEST_F(ChatTest, ToolsTheTemplateDoesNotReadAreRefused) {
-  const std::string tools =
-      R"([{"type": "function", "function": {"name": "get_weather", "description": )"
-      R"("The weather in a city", "parameters": {"type": "object", "properties": )"
-      R"({"city": {"type": "string"}}}}}])";
+  const std::string tools = kWeatherTool;
   v1::ChatRequest zephyr = chat_request("stories", {{"user", "Weather in Paris?"}});
   zephyr.set_tools(tools);
   const StreamResult refused = chat(*stub_, zephyr);
@@ -320,6 +325,60 @@ TEST_F(ChatTest, CliChatsOnceAndInteractivelyKeepingTheHistory) {
   EXPECT_GT(turns[1].first, turns[0].first + turns[0].second)
       << "the second turn's prompt holds the first exchange";
   EXPECT_EQ(talk.out.substr(0, one.out.size()), one.out);
+}
+
+// A file with a second template for requests with tools
+// (tokenizer.chat_template.tool_use, as Hermes 2 Pro's GGUF carries) serves
+// them with it, and every other request with its first template.
+TEST(ChatToolUseTest, TheFilesToolUseTemplateServesRequestsWithTools) {
+  HEARTH_REQUIRE_SHARED();
+  auto src = engine::GgufFile::open(stories_path().string());
+  ASSERT_TRUE(src.ok()) << src.status();
+  const std::string zephyr = read_file(kZephyr), qwen = read_file(kQwen);
+  const fs::path file =
+      fs::temp_directory_path() / ("hearth-tool-use-" + std::to_string(getpid()) + ".gguf");
+  {
+    std::ofstream out(file, std::ios::binary);
+    out << rewrite(
+        **src,
+        [&](const engine::GgufKv& kv, engine::GgufWriter& w) {
+          if (kv.key != "general.architecture") return false;
+          w.add_value(kv.key, kv.value);
+          w.add_string("tokenizer.chat_template", zephyr);
+          w.add_string("tokenizer.chat_template.tool_use", qwen);
+          return true;
+        },
+        nullptr);
+  }
+  ServerProcess server;
+  HEARTH_START_SERVER(server, server_args({"--model", "m=" + file.string(), "--instances", "1",
+                                           "--kv-cache", "float"}));
+  auto stub = make_stub(plain_channel(server.grpc_address()));
+  const std::vector<Message> messages = {{"user", "Weather in Paris?"}};
+
+  // Without tools: the first template, as jinja2 renders it.
+  v1::ChatRequest req = chat_request("m", messages);
+  const StreamResult plain = chat(*stub, req);
+  ASSERT_TRUE(plain.status.ok()) << status_text(plain.status);
+  const std::string prompt = jinja2_render(kZephyr, messages, true);
+  v1::GenerateRequest gen = make_request("m", prompt, 16);
+  gen.set_parse_special(true);
+  gen.set_add_bos(prompt.rfind("<s>", 0) != 0);
+  gen.set_echo_prompt_ids(true);
+  gen.set_ignore_eos(true);
+  const StreamResult want = generate(*stub, gen);
+  ASSERT_TRUE(want.status.ok()) << status_text(want.status);
+  ASSERT_EQ(plain.dones.size(), 1u);
+  ASSERT_EQ(want.dones.size(), 1u);
+  EXPECT_EQ(prompt_ids(plain.dones[0]), prompt_ids(want.dones[0]));
+
+  // With tools: the tool-use template (Zephyr's would refuse them).
+  req.set_tools(kWeatherTool);
+  const StreamResult with = chat(*stub, req);
+  ASSERT_TRUE(with.status.ok()) << status_text(with.status);
+  ASSERT_EQ(with.dones.size(), 1u);
+  EXPECT_GT(prompt_ids(with.dones[0]).size(), prompt_ids(plain.dones[0]).size() + 20);
+  fs::remove(file);
 }
 
 TEST(ChatStartupTest, UnreadableOrBrokenTemplateFailsTheStartNamingTheFile) {

@@ -2,6 +2,7 @@
 
 #include <ctime>
 #include <optional>
+#include <utility>
 
 #include "base/status_macros.h"
 #include "base/str_cat.h"
@@ -60,26 +61,30 @@ absl::Status check_prompt_bytes(std::string_view prompt, const ModelPool& pool) 
                          " tokens, whatever the text)"));
 }
 
-// The prompt text of a conversation. A non-empty `tools` list that the
-// template does not render for this conversation is refused: the prompt
-// would be the same without it, so the model would not know the tools exist.
-// (An empty list goes to the template unchecked, as before.) Both renderings
-// read one clock, so a template that prints the date does not differ only by
-// the second it ran in.
+// Whether a conversation comes with tools: a non-empty list (an empty one
+// goes to the template unchecked, as before).
+bool has_tools(const chat::ChatContext& conversation) {
+  return conversation.tools && conversation.tools->is_array() && !conversation.tools->empty();
+}
+
+// The prompt text of a conversation. Tools that the template does not render
+// for this conversation are refused: the prompt would be the same without
+// them, so the model would not know the tools exist. Both renderings read one
+// clock, so a template that prints the date does not differ only by the
+// second it ran in.
 absl::StatusOr<std::string> render_conversation(const chat::ChatPrompt& prompt,
                                                 chat::ChatContext context,
                                                 const std::string& model) {
+  if (!has_tools(context)) return prompt.render(std::move(context));
   if (!context.now_unix_seconds) context.now_unix_seconds = std::time(nullptr);
   HEARTH_ASSIGN_OR_RETURN(std::string text, prompt.render(context));
-  if (context.tools && context.tools->is_array() && !context.tools->empty()) {
-    context.tools.reset();
-    const absl::StatusOr<std::string> without = prompt.render(context);
-    if (without.ok() && *without == text)
-      return invalid(str_cat("tools: the chat template of model '", model,
-                             "' does not render them for this conversation (the prompt is the "
-                             "same without them); serve the model with a template that does "
-                             "(--chat-template)"));
-  }
+  context.tools.reset();
+  const absl::StatusOr<std::string> without = prompt.render(context);
+  if (without.ok() && *without == text)
+    return invalid(str_cat("tools: the chat template of model '", model,
+                           "' does not render them for this conversation (the prompt is the "
+                           "same without them); serve the model with a template that does "
+                           "(--chat-template)"));
   return text;
 }
 
@@ -151,9 +156,8 @@ absl::StatusOr<std::unique_ptr<Admission>> RequestPath::admit(const ChatCall& ca
                                                               RequestRecord& record) {
   HEARTH_ASSIGN_OR_RETURN(ModelPool * pool, find(call.method, call.model, record));
   if (call.conversation.messages.empty()) return invalid("messages: at least one is needed");
-  const std::optional<nlohmann::ordered_json>& tools = call.conversation.tools;
   HEARTH_ASSIGN_OR_RETURN(const chat::ChatPrompt* prompt,
-                          pool->chat_prompt(tools && tools->is_array() && !tools->empty()));
+                          pool->chat_prompt(has_tools(call.conversation)));
   GenerateCall generate;
   generate.method = call.method;
   generate.model = call.model;

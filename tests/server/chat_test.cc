@@ -108,6 +108,18 @@ std::vector<std::int32_t> prompt_ids(const v1::Done& done) {
   return {done.usage().prompt_ids().begin(), done.usage().prompt_ids().end()};
 }
 
+// The Generate request a Chat must equal: its rendered `prompt` with
+// special-token text parsed and BOS added only when the text lacks it
+// (stories260K adds BOS by default), 16 tokens, EOS ignored.
+v1::GenerateRequest generate_on_rendering(const std::string& model, const std::string& prompt) {
+  v1::GenerateRequest gen = make_request(model, prompt, 16);
+  gen.set_parse_special(true);
+  gen.set_add_bos(prompt.rfind("<s>", 0) != 0);
+  gen.set_echo_prompt_ids(true);
+  gen.set_ignore_eos(true);
+  return gen;
+}
+
 const std::string kWeatherTool =
     R"([{"type": "function", "function": {"name": "get_weather", "description": )"
     R"("The weather in a city", "parameters": {"type": "object", "properties": )"
@@ -146,12 +158,7 @@ class ChatTest : public ::testing::Test {
     ASSERT_TRUE(got.status.ok()) << status_text(got.status);
     ASSERT_EQ(got.dones.size(), 1u);
 
-    v1::GenerateRequest gen = make_request("stories", prompt, 16);
-    gen.set_parse_special(true);
-    gen.set_add_bos(prompt.rfind("<s>", 0) != 0);  // stories260K adds BOS by default
-    gen.set_echo_prompt_ids(true);
-    gen.set_ignore_eos(true);
-    const StreamResult want = generate(*stub_, gen);
+    const StreamResult want = generate(*stub_, generate_on_rendering("stories", prompt));
     ASSERT_TRUE(want.status.ok()) << status_text(want.status);
     EXPECT_EQ(prompt_ids(got.dones[0]), prompt_ids(want.dones[0]));
     EXPECT_EQ(got.ids(), want.ids());
@@ -264,9 +271,8 @@ TEST_F(ChatTest, BadFieldsAreInvalidArgumentNamingThem) {
 // field; a template that reads them puts them in the prompt; an empty list
 // is no tools.
 TEST_F(ChatTest, ToolsTheTemplateDoesNotReadAreRefused) {
-  const std::string tools = kWeatherTool;
   v1::ChatRequest zephyr = chat_request("stories", {{"user", "Weather in Paris?"}});
-  zephyr.set_tools(tools);
+  zephyr.set_tools(kWeatherTool);
   const StreamResult refused = chat(*stub_, zephyr);
   EXPECT_EQ(refused.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT)
       << status_text(refused.status);
@@ -281,7 +287,7 @@ TEST_F(ChatTest, ToolsTheTemplateDoesNotReadAreRefused) {
 
   v1::ChatRequest qwen = chat_request("tooled", {{"user", "Weather in Paris?"}});
   const StreamResult without = chat(*stub_, qwen);
-  qwen.set_tools(tools);
+  qwen.set_tools(kWeatherTool);
   const StreamResult with = chat(*stub_, qwen);
   ASSERT_TRUE(without.status.ok()) << status_text(without.status);
   ASSERT_TRUE(with.status.ok()) << status_text(with.status);
@@ -361,12 +367,7 @@ TEST(ChatToolUseTest, TheFilesToolUseTemplateServesRequestsWithTools) {
   const StreamResult plain = chat(*stub, req);
   ASSERT_TRUE(plain.status.ok()) << status_text(plain.status);
   const std::string prompt = jinja2_render(kZephyr, messages, true);
-  v1::GenerateRequest gen = make_request("m", prompt, 16);
-  gen.set_parse_special(true);
-  gen.set_add_bos(prompt.rfind("<s>", 0) != 0);
-  gen.set_echo_prompt_ids(true);
-  gen.set_ignore_eos(true);
-  const StreamResult want = generate(*stub, gen);
+  const StreamResult want = generate(*stub, generate_on_rendering("m", prompt));
   ASSERT_TRUE(want.status.ok()) << status_text(want.status);
   ASSERT_EQ(plain.dones.size(), 1u);
   ASSERT_EQ(want.dones.size(), 1u);

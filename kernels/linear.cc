@@ -23,9 +23,7 @@ using internal::kQ4KMinOffset;
 using internal::kQ4KScOffset;
 using internal::kQ4KSuperScaleBytes;
 using internal::kQ5BlockBytes;
-using internal::kQ5HighOffset;
 using internal::kQ6BlockBytes;
-using internal::kQ6HighOffset;
 using internal::kQ6KScOffset;
 using internal::kQ6KSuperScaleBytes;
 using internal::kQ8BlockBytes;
@@ -215,30 +213,41 @@ absl::StatusOr<Linear> Linear::from_q4_0(const BlockQ4_0* w, std::size_t n_out, 
 namespace {
 
 // One K-quant block's 32 q for one row, at dst (the group's block + 4 r), in
-// the layout of kernels/linear_impl.h: byte k of step c holds q[4c + k] |
-// q[16 + 4c + k] << 4 (Q4_0's pairing); then Q5_K's fifth bits (bit c and
-// 4 + c of byte k) or Q6_K's top two bits (bits 2c of byte k, of the low
-// and of the high half).
+// the layout of kernels/linear_impl.h. Q4_K: byte k of step c holds
+// q[4c + k] | q[16 + 4c + k] << 4 (Q4_0's pairing); Q5_K: its five steps;
+// Q6_K: its two triples of steps.
 template <Linear::Format kF>
 void place_k_block(const std::uint8_t* q, std::uint8_t* dst) {
-  for (std::size_t k = 0; k < 4; ++k) {
-    std::uint8_t top_lo = 0, top_hi = 0;
-    for (std::size_t c = 0; c < 4; ++c) {
-      const std::uint8_t lo = q[4 * c + k], hi = q[16 + 4 * c + k];
-      dst[c * 64 + k] = static_cast<std::uint8_t>((lo & 0x0f) | (hi & 0x0f) << 4);
-      if constexpr (kF == Linear::Format::kQ5_K) {
-        top_lo |= static_cast<std::uint8_t>((lo >> 4) << c | (hi >> 4) << (4 + c));
-      } else if constexpr (kF == Linear::Format::kQ6_K) {
-        top_lo |= static_cast<std::uint8_t>((lo >> 4) << (2 * c));
-        top_hi |= static_cast<std::uint8_t>((hi >> 4) << (2 * c));
-      }
+  if constexpr (kF == Linear::Format::kQ5_K) {
+    for (std::size_t k = 0; k < 4; ++k) {
+      const std::uint8_t* lo = q + k;       // L_c = lo[4c]
+      const std::uint8_t* hi = q + 16 + k;  // H_c = hi[4c]
+      auto put = [&](std::size_t step, unsigned v) {
+        dst[64 * step + k] = static_cast<std::uint8_t>(v);
+      };
+      put(0, lo[0] | (hi[4] & 7u) << 5);
+      put(1, lo[4] | (hi[4] >> 3u) << 5 | (hi[12] >> 4u) << 7);
+      put(2, hi[0] | (hi[8] & 7u) << 5);
+      put(3, lo[8] | (hi[8] >> 3u) << 5 | (hi[12] >> 3u & 1u) << 7);
+      put(4, lo[12] | (hi[12] & 7u) << 5);
     }
-    if constexpr (kF == Linear::Format::kQ5_K) dst[kQ5HighOffset + k] = top_lo;
-    if constexpr (kF == Linear::Format::kQ6_K) {
-      dst[kQ6HighOffset + k] = top_lo;
-      dst[kQ6HighOffset + 64 + k] = top_hi;
-    }
+    return;
   }
+  if constexpr (kF == Linear::Format::kQ6_K) {
+    for (std::size_t t = 0; t < 2; ++t)
+      for (std::size_t k = 0; k < 4; ++k) {
+        const std::size_t i = 8 * t + k;  // the triple's first input
+        const std::uint8_t spread = q[16 + i + 4];
+        std::uint8_t* step = dst + 3 * 64 * t + k;
+        step[0] = static_cast<std::uint8_t>(q[i] | (spread & 3) << 6);
+        step[64] = static_cast<std::uint8_t>(q[i + 4] | (spread >> 2 & 3) << 6);
+        step[128] = static_cast<std::uint8_t>(q[16 + i] | (spread >> 4) << 6);
+      }
+    return;
+  }
+  for (std::size_t k = 0; k < 4; ++k)
+    for (std::size_t c = 0; c < 4; ++c)
+      dst[c * 64 + k] = static_cast<std::uint8_t>(q[4 * c + k] | q[16 + 4 * c + k] << 4);
 }
 
 // A super-block's row scales into its group's scales (row r): Q4_K and Q5_K

@@ -58,28 +58,62 @@ inline constexpr std::size_t kQ4KDminOffset = 32;
 inline constexpr std::size_t kQ4KScOffset = 64;
 inline constexpr std::size_t kQ4KMinOffset = 192;
 
-// Q5_K: as Q4_K (scales, mins, kQ4KBias), its q 5 bits wide: a block's
-// nibbles (kQ4BlockBytes) are followed at +kQ5HighOffset by their fifth bits,
-// byte r * 4 + k of row r holding input 4c + k's at bit c and input
-// 16 + 4c + k's at bit 4 + c.
+// Q5_K: as Q4_K (scales, mins, kQ4KBias), its q 5 bits wide, in 5 steps of
+// 64 bytes, byte r * 4 + k of each for row r. With L_c = q[4c + k] and
+// H_c = q[16 + 4c + k] (c = 0..3), steps 0-4 hold L_0, L_1, H_0, L_2, L_3 in
+// bits 0-4, and their bits 5-7 the rest: H_1 bits 0-2 (step 0) and 3-4
+// (step 1, bits 5-6), H_2 bits 0-2 (step 2) and 3-4 (step 3, bits 5-6), H_3
+// bits 0-2 (step 4), 3 (step 3, bit 7) and 4 (step 1, bit 7). So five
+// q-vectors take one mask each, and three are gathered (q5_k_code reads one
+// q).
 inline constexpr std::size_t kQ5BlockBytes = 320;
-inline constexpr std::size_t kQ5HighOffset = 256;
+
+// Q5_K: the q of input i (0..31) of row r in the packed block at `block`.
+inline int q5_k_code(const std::uint8_t* block, std::size_t r, std::size_t i) {
+  const std::uint8_t* s = block + r * 4 + i % 4;  // step n's byte at s[64 * n]
+  const std::size_t c = (i % 16) / 4;
+  if (i < 16) return s[64 * (c < 2 ? c : c + 1)] & 0x1f;
+  switch (c) {
+    case 0:
+      return s[128] & 0x1f;
+    case 1:
+      return s[0] >> 5 | (s[64] >> 5 & 3) << 3;
+    case 2:
+      return s[128] >> 5 | (s[192] >> 5 & 3) << 3;
+    default:
+      return s[256] >> 5 | (s[192] >> 7) << 3 | (s[64] >> 7) << 4;
+  }
+}
 
 // Q6_K (super-blocks of 256 inputs, a signed 8-bit scale per 16): a block of
-// 32 inputs keeps its unsigned 6-bit q (w = d * sc * (q - 32)) as Q4_0-style
-// nibbles (kQ4BlockBytes) followed by their top two bits: at
-// +kQ6HighOffset, byte r * 4 + k holds bits 4-5 of inputs k, 4 + k, 8 + k,
-// 12 + k of row r (input 4c + k at bits 2c, 2c + 1), and 64 bytes later the
-// same for inputs 16..31. The scales region holds, per super-block s, at
-// scales_offset + s * kQ6KSuperScaleBytes: d[16] fp16 at +0 and sc[16][16]
-// int8 at +kQ6KScOffset (sub-block k of 16 inputs, row r at [k][r]).
-// Activations are quantized with C = kQ6KBias, and their low_sum holds each
-// block's first 16 codes' sum: the two sums the -32 offsets multiply.
+// 32 inputs keeps its unsigned 6-bit q (w = d * sc * (q - 32)) in 6 steps of
+// 64 bytes, byte r * 4 + k of each for row r. Two triples of steps, t = 0 and
+// 1, each serve the q-vectors of inputs 8t + k and 8t + 4 + k (the low half)
+// and 16 + 8t + k and 16 + 8t + 4 + k (the high half): step 3t holds
+// q[8t + k], step 3t + 1 q[8t + 4 + k], step 3t + 2 q[16 + 8t + k], each in
+// bits 0-5, and their bits 6-7 hold q[16 + 8t + 4 + k]'s bits 0-1, 2-3 and
+// 4-5. So three q-vectors of a triple take one mask each, and the fourth is
+// gathered from the three steps' top bits (q6_k_code reads one q). That
+// takes fewer vector operations than nibbles and a plane of top bits
+// (docs/performance.md). The scales region holds,
+// per super-block s, at scales_offset + s * kQ6KSuperScaleBytes: d[16] fp16
+// at +0 and sc[16][16] int8 at +kQ6KScOffset (sub-block k of 16 inputs, row r
+// at [k][r]). Activations are quantized with C = kQ6KBias, and their low_sum
+// holds each block's first 16 codes' sum: the two sums the -32 offsets
+// multiply.
 inline constexpr std::size_t kQ6BlockBytes = 384;
-inline constexpr std::size_t kQ6HighOffset = 256;
 inline constexpr std::size_t kQ6KSuperScaleBytes = 288;
 inline constexpr std::size_t kQ6KScOffset = 32;
 inline constexpr std::int32_t kQ6KBias = 1;
+
+// Q6_K: the q of input i (0..31) of row r in the packed block at `block`.
+inline int q6_k_code(const std::uint8_t* block, std::size_t r, std::size_t i) {
+  const std::size_t t = (i % 16) / 8;
+  const bool high = i >= 16, second = i % 8 >= 4;
+  const std::uint8_t* triple = block + 3 * 64 * t + r * 4 + i % 4;
+  if (high && second) return triple[0] >> 6 | (triple[64] >> 6) << 2 | (triple[128] >> 6) << 4;
+  return triple[64 * (high ? 2 : second ? 1 : 0)] & 0x3f;
+}
 
 // The packed weights of a quantized Linear (layout in kernels/linear.h):
 //   group g starts at data + g * group_stride;

@@ -88,10 +88,8 @@ void matmul(const PackedWeights& w, const QuantizedActivations& a, std::size_t g
             for (std::size_t r = 0; r < kGroupRows; ++r)
               for (std::size_t j = 0; j < 4; ++j) {
                 const std::uint8_t byte = wb[c * 64 + r * 4 + j];
-                // Q5_K's fifth bits: input 4c + j at bit c, 16 + 4c + j at 4 + c.
-                const int top = kFive ? wb[kQ5HighOffset + r * 4 + j] : 0;
-                const int lo = (byte & 0x0f) | ((top >> c) & 1) << 4;
-                const int hi = (byte >> 4) | ((top >> (4 + c)) & 1) << 4;
+                const int lo = kFive ? q5_k_code(wb, r, 4 * c + j) : byte & 0x0f;
+                const int hi = kFive ? q5_k_code(wb, r, 16 + 4 * c + j) : byte >> 4;
                 dot[r] += lo * in.x(4 * c + j) + hi * in.x(16 + 4 * c + j);
               }
         } else {
@@ -135,14 +133,10 @@ void matmul_q6_k(const PackedWeights& w, const QuantizedActivations& a, std::siz
                    };
                    for (std::size_t r = 0; r < kGroupRows; ++r) {
                      std::int32_t lo = -32 * in.low_sum, hi = 32 * (in.bias + in.low_sum);
-                     for (std::size_t c = 0; c < 4; ++c)
-                       for (std::size_t k = 0; k < 4; ++k) {
-                         const std::uint8_t nib = wb[c * 64 + r * 4 + k];
-                         const int top_lo = (wb[kQ6HighOffset + r * 4 + k] >> (2 * c)) & 3;
-                         const int top_hi = (wb[kQ6HighOffset + 64 + r * 4 + k] >> (2 * c)) & 3;
-                         lo += ((nib & 0x0f) | top_lo << 4) * in.x(4 * c + k);
-                         hi += ((nib >> 4) | top_hi << 4) * in.x(16 + 4 * c + k);
-                       }
+                     for (std::size_t i = 0; i < 16; ++i) {
+                       lo += q6_k_code(wb, r, i) * in.x(i);
+                       hi += q6_k_code(wb, r, 16 + i) * in.x(16 + i);
+                     }
                      acc[r] =
                          in.add(acc[r], lo * sc(sub, r) + hi * sc(sub + 1, r), f16_at(sb + 2 * r));
                    }

@@ -24,7 +24,7 @@
 //   block_finish<kF>(acc, bias)  the block's int32 dot products
 //   Q8Unit, q8_unit(stored), q8_products(acc, unit, x)
 //   pair_products(acc, q0, x0, q1, x1)  acc + the int32 products of two
-//                                 steps of unsigned 6-bit q (Q6_K)
+//                                 steps of unsigned 5- or 6-bit q
 //   kQ4DecodePrefetchBlocks      0, or how far ahead the decode tile
 //                                prefetches int4 blocks itself (when
 //                                a.decode_prefetch)
@@ -115,21 +115,6 @@ inline __attribute__((always_inline)) void store_tile(
       }
     }
   }
-}
-
-// Q6_K's q of 4 inputs x kLanes rows at step c (0..3) of a block half: the
-// low nibbles `nibbles` with bits 2c, 2c + 1 of `high` as their bits 4-5.
-template <int C>
-inline __attribute__((always_inline)) IVec six_bits(IVec nibbles, IVec high) {
-  IVec top;
-  if constexpr (C < 2) {
-    top = shift_left_16<4 - 2 * C>(high);
-  } else if constexpr (C == 2) {
-    top = high;
-  } else {
-    top = shift_right_16<2>(high);
-  }
-  return or_bits(nibbles, and_bytes(top, 0x30));
 }
 
 // The walking pointers of a tile of row groups from g x tokens [j0, j0 + T)
@@ -300,40 +285,46 @@ void tile_blocks(const PackedWeights& w, const QuantizedActivations& a, std::siz
   store_tile<G, T, kPerToken>(facc, w.n_out, g, dp, y + at.first * ldy, ldy);
 }
 
-// Q5_K's q of 4 inputs x kLanes rows at step c (0..3): the nibbles with bit
-// c (low half, kHigh false) or 4 + c (high half) of `top` as their bit 4.
-template <int C, bool kHigh>
-inline __attribute__((always_inline)) IVec five_bits(IVec nibbles, IVec top) {
-  IVec bit;
-  if constexpr (kHigh && C == 0) {
-    bit = top;
-  } else if constexpr (kHigh) {
-    bit = shift_right_16<C>(top);
-  } else {
-    bit = shift_left_16<4 - C>(top);
-  }
-  return or_bits(nibbles, and_bytes(bit, 0x10));
-}
-
-// The q of steps C and C + 1 (inputs 4C..4C+7 and 16+4C..16+4C+7) of the
-// Q5_K or Q6_K unit (kLanes rows) whose block starts at u.
+// The q of inputs 4C..4C+7 and 16+4C..16+4C+7 (C = 0 or 2) of the Q5_K or
+// Q6_K unit (kLanes rows) whose block starts at u, as four q-vectors of 4
+// inputs each (kernels/linear_impl.h's layouts): Q5_K's five steps, Q6_K's
+// triple C / 2; the q-vectors in a step's low bits take a mask, the others
+// are gathered from the steps' top bits (each moved to its place and
+// masked, the masks keeping only bits of the same byte).
 template <WeightFormat kF, int C>
 inline __attribute__((always_inline)) void wide_steps(const std::uint8_t* u, IVec& lo0, IVec& lo1,
                                                       IVec& hi0, IVec& hi1) {
-  const IVec raw0 = load_aligned(u + 64 * C), raw1 = load_aligned(u + 64 * (C + 1));
   if constexpr (kF == WeightFormat::kQ6_K) {
-    const IVec top_lo = load_aligned(u + kQ6HighOffset);
-    const IVec top_hi = load_aligned(u + kQ6HighOffset + 64);
-    lo0 = six_bits<C>(low_nibbles(raw0), top_lo);
-    lo1 = six_bits<C + 1>(low_nibbles(raw1), top_lo);
-    hi0 = six_bits<C>(high_nibbles(raw0), top_hi);
-    hi1 = six_bits<C + 1>(high_nibbles(raw1), top_hi);
+    const std::uint8_t* triple = u + 3 * 64 * (C / 2);
+    const IVec s0 = load_aligned(triple), s1 = load_aligned(triple + 64);
+    const IVec s2 = load_aligned(triple + 128);
+    lo0 = and_bytes(s0, 0x3f);
+    lo1 = and_bytes(s1, 0x3f);
+    hi0 = and_bytes(s2, 0x3f);
+    const IVec bits01 = and_bytes(shift_right_16<6>(s0), 0x03);
+    const IVec bits23 = and_bytes(shift_right_16<4>(s1), 0x0c);
+    hi1 = or_bits(or_bits(bits01, bits23), and_bytes(shift_right_16<2>(s2), 0x30));
   } else {
-    const IVec top = load_aligned(u + kQ5HighOffset);
-    lo0 = five_bits<C, false>(low_nibbles(raw0), top);
-    lo1 = five_bits<C + 1, false>(low_nibbles(raw1), top);
-    hi0 = five_bits<C, true>(high_nibbles(raw0), top);
-    hi1 = five_bits<C + 1, true>(high_nibbles(raw1), top);
+    // H_1 (C = 0) or H_2 (C = 2): bits 0-2 atop step a, 3-4 atop step b.
+    auto gather = [](IVec a, IVec b) {
+      return or_bits(and_bytes(shift_right_16<5>(a), 0x07), and_bytes(shift_right_16<2>(b), 0x18));
+    };
+    const IVec s1 = load_aligned(u + 64), s2 = load_aligned(u + 128);
+    if constexpr (C == 0) {
+      const IVec s0 = load_aligned(u);
+      lo0 = and_bytes(s0, 0x1f);
+      lo1 = and_bytes(s1, 0x1f);
+      hi0 = and_bytes(s2, 0x1f);
+      hi1 = gather(s0, s1);
+    } else {
+      const IVec s3 = load_aligned(u + 192), s4 = load_aligned(u + 256);
+      lo0 = and_bytes(s3, 0x1f);
+      lo1 = and_bytes(s4, 0x1f);
+      hi0 = gather(s2, s3);
+      const IVec h3 =
+          or_bits(and_bytes(shift_right_16<5>(s4), 0x07), and_bytes(shift_right_16<4>(s3), 0x08));
+      hi1 = or_bits(h3, and_bytes(shift_right_16<3>(s1), 0x10));
+    }
   }
 }
 
@@ -374,11 +365,10 @@ inline __attribute__((always_inline)) Vec finish_q6_k(IVec lo_acc, IVec hi_acc, 
 
 // Q5_K and Q6_K: row groups [g, g + G) x tokens [j0, j0 + T) of token tile
 // `tile`, as tile_blocks() (same walk, same epilogue), for q wider than a
-// nibble: the low and the high nibbles of the Q4_0-style pairing (inputs
-// 0..15 and 16..31) get their top bits from the block's planes and their own
-// int32 sums, widened every two steps. Q6_K's halves are sub-blocks, each
-// with its -32 offset and scale; Q5_K adds them and takes Q4_K's scales and
-// mins.
+// nibble (wide_steps unpacks them): the block's halves (inputs 0..15 and
+// 16..31) get their own int32 sums, widened every two steps. Q6_K's halves
+// are sub-blocks, each with its -32 offset and scale; Q5_K adds them and
+// takes Q4_K's scales and mins.
 template <int G, int T, WeightFormat kF, bool kPerToken, std::size_t kWidth>
 void tile_wide(const PackedWeights& w, const QuantizedActivations& a, std::size_t g,
                std::size_t tile, std::size_t j0, std::size_t width, float* y, std::size_t ldy,

@@ -142,10 +142,6 @@ static inline IVec and_bytes(IVec v, std::uint8_t mask) {
   return _mm256_and_si256(v, _mm256_set1_epi8(static_cast<char>(mask)));
 }
 template <int S>
-static inline IVec shift_left_16(IVec v) {
-  return _mm256_slli_epi16(v, S);
-}
-template <int S>
 static inline IVec shift_right_16(IVec v) {
   return _mm256_srli_epi16(v, S);
 }

@@ -101,10 +101,6 @@ static inline IVec and_bytes(IVec v, std::uint8_t mask) {
   return _mm512_and_si512(v, _mm512_set1_epi8(static_cast<char>(mask)));
 }
 template <int S>
-static inline IVec shift_left_16(IVec v) {
-  return _mm512_slli_epi16(v, S);
-}
-template <int S>
 static inline IVec shift_right_16(IVec v) {
   return _mm512_srli_epi16(v, S);
 }

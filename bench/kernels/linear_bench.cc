@@ -356,7 +356,7 @@ void BM_PrefillGemm(benchmark::State& state) {
   std::string name = format_name(kFormat);
   if (kFormat != Linear::Format::kF32 && kFormat != Linear::Format::kF16) {
     name += std::string(aq == Linear::ActivationQuant::kPerGroup32 ? " per-group" : " per-token") +
-            " (" + kernels::isa_name(kernels::best_isa()) + ")";
+            " (" + kernels::isa_name(kernels::active_isa()) + ")";
   }
   summary("prefill GEMM " + name + " " + std::to_string(n_out) + "x" + std::to_string(n_in),
           "M=" + std::to_string(m) + " " + std::to_string(threads) + " thr",

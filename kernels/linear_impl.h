@@ -95,12 +95,11 @@ inline int q5_k_code(const std::uint8_t* block, std::size_t r, std::size_t i) {
 // 4-5. So three q-vectors of a triple take one mask each, and the fourth is
 // gathered from the three steps' top bits (q6_k_code reads one q). That
 // takes fewer vector operations than nibbles and a plane of top bits
-// (docs/performance.md). The scales region holds,
-// per super-block s, at scales_offset + s * kQ6KSuperScaleBytes: d[16] fp16
-// at +0 and sc[16][16] int8 at +kQ6KScOffset (sub-block k of 16 inputs, row r
-// at [k][r]). Activations are quantized with C = kQ6KBias, and their low_sum
-// holds each block's first 16 codes' sum: the two sums the -32 offsets
-// multiply.
+// (docs/performance.md). The scales region holds, per super-block s, at
+// scales_offset + s * kQ6KSuperScaleBytes: d[16] fp16 at +0 and sc[16][16]
+// int8 at +kQ6KScOffset (sub-block k of 16 inputs, row r at [k][r]).
+// Activations are quantized with C = kQ6KBias, and their low_sum holds each
+// block's first 16 codes' sum: the two sums the -32 offsets multiply.
 inline constexpr std::size_t kQ6BlockBytes = 384;
 inline constexpr std::size_t kQ6KSuperScaleBytes = 288;
 inline constexpr std::size_t kQ6KScOffset = 32;

@@ -75,7 +75,7 @@
 // Bytes read per weight: 1.0625 (Q8_0), 0.5625 (Q4_0), as in the GGUF file;
 // 0.578 (Q4_K, 1.028x the file's 0.5625: the 6-bit scales and mins are
 // stored as bytes); 0.703 (Q5_K, 1.023x the file's 0.688); 0.820 (Q6_K, as in
-// the file: three 6-bit q per three bytes, the fourth in their top bits);
+// the file: four 6-bit q per three bytes, the fourth in their top bits);
 // 2 (F16, BF16, as in the file).
 #pragma once
 

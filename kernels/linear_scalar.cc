@@ -87,9 +87,9 @@ void matmul(const PackedWeights& w, const QuantizedActivations& a, std::size_t g
           for (std::size_t c = 0; c < 4; ++c)
             for (std::size_t r = 0; r < kGroupRows; ++r)
               for (std::size_t j = 0; j < 4; ++j) {
-                const std::uint8_t byte = wb[c * 64 + r * 4 + j];
-                const int lo = kFive ? q5_k_code(wb, r, 4 * c + j) : byte & 0x0f;
-                const int hi = kFive ? q5_k_code(wb, r, 16 + 4 * c + j) : byte >> 4;
+                const std::size_t i = 4 * c + j;
+                const int lo = kFive ? q5_k_code(wb, r, i) : wb[c * 64 + r * 4 + j] & 0x0f;
+                const int hi = kFive ? q5_k_code(wb, r, 16 + i) : wb[c * 64 + r * 4 + j] >> 4;
                 dot[r] += lo * in.x(4 * c + j) + hi * in.x(16 + 4 * c + j);
               }
         } else {

@@ -419,8 +419,9 @@ void tile_wide(const PackedWeights& w, const QuantizedActivations& a, std::size_
         hi_acc[h][j] = hi_start;
       }
     }
-    // Steps c and c + 1 together: the maddubs cores sum their int16 pairs
-    // before widening (2 x 2 x 63 x 127 < 32768).
+    // The q-vectors of inputs 4C.. and 4C + 4.. (and 16 + 4C.., 16 + 4C + 4..)
+    // together: the maddubs cores sum their int16 pairs before widening
+    // (2 x 2 x 63 x 127 < 32768).
     auto steps = [&]<int C>() {
       if constexpr (kUnitAtATime) {
         const IVec xl0 = broadcast4(xp + 4 * n * C), xl1 = broadcast4(xp + 4 * n * (C + 1));

@@ -20,6 +20,7 @@
 #include "nlohmann/json.hpp"
 #include "tests/server/stories_model.h"
 #include "tests/support/gguf_rewrite.h"
+#include "tests/support/temp_dir_test.h"
 
 namespace hearth::testing {
 namespace {
@@ -336,26 +337,24 @@ TEST_F(ChatTest, CliChatsOnceAndInteractivelyKeepingTheHistory) {
 // A file with a second template for requests with tools
 // (tokenizer.chat_template.tool_use, as Hermes 2 Pro's GGUF carries) serves
 // them with it, and every other request with its first template.
-TEST(ChatToolUseTest, TheFilesToolUseTemplateServesRequestsWithTools) {
+class ChatToolUseTest : public TempDirTest {};
+
+TEST_F(ChatToolUseTest, TheFilesToolUseTemplateServesRequestsWithTools) {
   HEARTH_REQUIRE_SHARED();
   auto src = engine::GgufFile::open(stories_path().string());
   ASSERT_TRUE(src.ok()) << src.status();
   const std::string zephyr = read_file(kZephyr), qwen = read_file(kQwen);
-  const fs::path file =
-      fs::temp_directory_path() / ("hearth-tool-use-" + std::to_string(getpid()) + ".gguf");
-  {
-    std::ofstream out(file, std::ios::binary);
-    out << rewrite(
-        **src,
-        [&](const engine::GgufKv& kv, engine::GgufWriter& w) {
-          if (kv.key != "general.architecture") return false;
-          w.add_value(kv.key, kv.value);
-          w.add_string("tokenizer.chat_template", zephyr);
-          w.add_string("tokenizer.chat_template.tool_use", qwen);
-          return true;
-        },
-        nullptr);
-  }
+  const fs::path file = dir_ / "tool-use.gguf";
+  write_file(file, rewrite(
+                       **src,
+                       [&](const engine::GgufKv& kv, engine::GgufWriter& w) {
+                         if (kv.key != "general.architecture") return false;
+                         w.add_value(kv.key, kv.value);
+                         w.add_string("tokenizer.chat_template", zephyr);
+                         w.add_string("tokenizer.chat_template.tool_use", qwen);
+                         return true;
+                       },
+                       nullptr));
   ServerProcess server;
   HEARTH_START_SERVER(server, server_args({"--model", "m=" + file.string(), "--instances", "1",
                                            "--kv-cache", "float"}));
@@ -379,7 +378,6 @@ TEST(ChatToolUseTest, TheFilesToolUseTemplateServesRequestsWithTools) {
   ASSERT_TRUE(with.status.ok()) << status_text(with.status);
   ASSERT_EQ(with.dones.size(), 1u);
   EXPECT_GT(prompt_ids(with.dones[0]).size(), prompt_ids(plain.dones[0]).size() + 20);
-  fs::remove(file);
 }
 
 TEST(ChatStartupTest, UnreadableOrBrokenTemplateFailsTheStartNamingTheFile) {

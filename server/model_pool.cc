@@ -11,6 +11,26 @@
 #include "spdlog/spdlog.h"
 
 namespace hearth::server {
+namespace {
+
+// The file's second template, for requests with tools
+// (tokenizer.chat_template.tool_use), or null: none, or one that does not
+// parse (logged; those requests then use the first template).
+std::unique_ptr<const chat::ChatPrompt> load_tool_use_prompt(const engine::GgufFile& file,
+                                                             const std::string& bos,
+                                                             const std::string& eos) {
+  constexpr std::string_view kToolUse = "tokenizer.chat_template.tool_use";
+  absl::StatusOr<std::string_view> text = file.get_string(kToolUse);
+  if (!text.ok()) return nullptr;
+  absl::StatusOr<chat::ChatPrompt> p =
+      chat::ChatPrompt::create(*text, std::string(kToolUse), bos, eos);
+  if (p.ok()) return std::make_unique<const chat::ChatPrompt>(std::move(*p));
+  spdlog::warn("{}: requests with tools use tokenizer.chat_template",
+               std::string(p.status().message()));
+  return nullptr;
+}
+
+}  // namespace
 
 absl::StatusOr<std::unique_ptr<ModelPool>> ModelPool::load(const ModelSpec& spec,
                                                            kernels::ThreadPool* kernel_pool,
@@ -90,17 +110,7 @@ absl::Status ModelPool::load_chat_prompt(const engine::GgufFile& file) {
       bos, eos);
   if (p.ok()) {
     chat_ = std::make_unique<const chat::ChatPrompt>(std::move(*p));
-    constexpr std::string_view kToolUse = "tokenizer.chat_template.tool_use";
-    absl::StatusOr<std::string_view> tool_use = file.get_string(kToolUse);
-    if (!spec_.chat_template.empty() || !tool_use.ok()) return absl::OkStatus();
-    absl::StatusOr<chat::ChatPrompt> tools =
-        chat::ChatPrompt::create(*tool_use, std::string(kToolUse), bos, eos);
-    if (tools.ok()) {
-      chat_tools_ = std::make_unique<const chat::ChatPrompt>(std::move(*tools));
-    } else {
-      spdlog::warn("{}: requests with tools use tokenizer.chat_template",
-                   std::string(tools.status().message()));
-    }
+    if (spec_.chat_template.empty()) chat_tools_ = load_tool_use_prompt(file, bos, eos);
     return absl::OkStatus();
   }
   // A template the operator gave must work; the file's own only matters to Chat.

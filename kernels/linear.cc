@@ -86,6 +86,28 @@ bool is_half(Linear::Format f) { return f == Linear::Format::kF16 || f == Linear
 // Formats whose activations are quantized to int8 (the integer kernels).
 bool is_quantized(Linear::Format f) { return f != Linear::Format::kF32 && !is_half(f); }
 
+// C of the activations a quantized format reads (QuantizedActivations::bias
+// = -C * sum(q)): the unsigned bias of its stored weights (Q8_0, Q4_0), or 1
+// for the K-quants, whose kernels take the codes' sums themselves.
+std::int32_t activation_bias(Linear::Format f) {
+  switch (f) {
+    case Linear::Format::kQ8_0:
+      return internal::kQ8Bias;
+    case Linear::Format::kQ4_0:
+      return internal::kQ4Bias;
+    case Linear::Format::kQ6_K:
+      return internal::kQ6KBias;
+    default:
+      return internal::kQ4KBias;
+  }
+}
+// Whether layers in formats a and b read the same quantized activations:
+// both quantized, with the same C (Q4_K, Q5_K and Q6_K all take C = 1, so a
+// Q4_K_M file's Q, K and a Q6_K V share theirs).
+bool same_activations(Linear::Format a, Linear::Format b) {
+  return is_quantized(a) && is_quantized(b) && activation_bias(a) == activation_bias(b);
+}
+
 // The shape and pointer of K-quant super-blocks (rows of whole super-blocks).
 absl::Status check_k_quant(std::size_t n_out, std::size_t n_in, const void* w, const char* what) {
   HEARTH_RETURN_IF_ERROR(check_shape(n_out, n_in, true));
@@ -395,9 +417,9 @@ absl::Status Linear::forward_same_input(std::span<const Linear* const> layers, c
                                                      " inputs, layer 0 takes ", first.n_in_));
     if (x == nullptr || ys[i] == nullptr)
       return absl::InvalidArgumentError("Linear::forward_same_input: x and y must not be null");
-    shared = shared && layers[i]->format_ == first.format_;
+    shared = shared && same_activations(layers[i]->format_, first.format_);
   }
-  if (!shared) {  // float, half or mixed formats: nothing to share
+  if (!shared) {  // float, half or formats quantized differently: nothing to share
     for (std::size_t i = 0; i < layers.size(); ++i)
       HEARTH_RETURN_IF_ERROR(layers[i]->forward(x, m, ys[i], scratch, pool, aq));
     return absl::OkStatus();
@@ -413,7 +435,6 @@ absl::Status Linear::forward_same_input(std::span<const Linear* const> layers, c
   // One token: a single parallel region over the GEMV slices (kGemvSliceGroups row groups) of every
   // layer, in order, so no thread waits at the end of one layer while the
   // other still streams it.
-  const internal::MatmulFn matmul = first.matmul_fn(a.per_token);
   pool->parallel_for(slices, 1, [&](std::size_t u0, std::size_t u1) {
     std::size_t base = 0;
     for (std::size_t i = 0; i < layers.size() && base < u1; ++i) {
@@ -424,7 +445,8 @@ absl::Status Linear::forward_same_input(std::span<const Linear* const> layers, c
       if (lo < hi) {
         const std::size_t g1 =
             hi * kGemvSliceGroups < l.groups_ ? hi * kGemvSliceGroups : l.groups_;
-        matmul(l.packed_weights(), a, lo * kGemvSliceGroups, g1, 0, 1, ys[i], l.n_out_);
+        l.matmul_fn(a.per_token)(l.packed_weights(), a, lo * kGemvSliceGroups, g1, 0, 1, ys[i],
+                                 l.n_out_);
       }
       base += n_slices;
     }
@@ -441,7 +463,7 @@ std::size_t Linear::count_gemv_slices(std::span<const Linear* const> layers,
   if (pool == nullptr || pool->threads() <= 1 || layers.empty()) return 0;
   std::size_t macs = 0, slices = 0;
   for (const Linear* l : layers) {
-    if (!is_quantized(l->format_) || l->format_ != layers[0]->format_) return 0;
+    if (!same_activations(l->format_, layers[0]->format_)) return 0;
     macs += l->n_out_ * l->n_in_;
     slices += l->gemv_slices();
   }
@@ -509,10 +531,7 @@ absl::Status Linear::quantize_input(const float* x, std::size_t m, MemoryAllocat
         absl::StrCat("Linear::forward: cannot allocate the quantized activations (m=", m,
                      ", n_in=", n_in_, ") from scratch"));
 
-  const std::int32_t bias_c = format_ == Format::kQ8_0   ? internal::kQ8Bias
-                              : format_ == Format::kQ4_0 ? internal::kQ4Bias
-                              : format_ == Format::kQ6_K ? internal::kQ6KBias
-                                                         : internal::kQ4KBias;
+  const std::int32_t bias_c = activation_bias(format_);
   const std::size_t threads = pool != nullptr ? pool->threads() : 1;
   if (threads > 1 && m > 1 && m * n_in_ >= kMinParallelQuantize) {
     pool->parallel_for(m, 1,

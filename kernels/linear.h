@@ -164,11 +164,13 @@ class Linear {
 
   // Several layers over the same input, as Q, K and V projections or an FFN's
   // gate and up: y_i = x W_i^T for each i, bit-identical to calling forward()
-  // on each. When all are quantized in one format the input is quantized
-  // once, and for one token (decode) the rows of all of them are split across
-  // the pool in a single parallel region, so threads do not wait for each
-  // other between layers. Layers must share n_in (InvalidArgument otherwise,
-  // naming the layer); float or mixed formats run one forward() each.
+  // on each. When all are quantized alike (one format, or any of Q4_K, Q5_K
+  // and Q6_K, as a Q4_K_M file's Q, K and V: their activations are the same)
+  // the input is quantized once, and for one token (decode) the rows of all
+  // of them are split across the pool in a single parallel region, so
+  // threads do not wait for each other between layers. Layers must share
+  // n_in (InvalidArgument otherwise, naming the layer); float, half or
+  // other mixes run one forward() each.
   static absl::Status forward_same_input(std::span<const Linear* const> layers, const float* x,
                                          std::size_t m, std::span<float* const> ys,
                                          MemoryAllocator& scratch, ThreadPool* pool,
@@ -179,8 +181,8 @@ class Linear {
   // same layers). Each of the pool's workers is told the first weight bytes
   // (at most bytes_per_worker) it will stream there, to prefetch while it
   // waits (ThreadPool::hint_next_region). Returns how many workers were
-  // told: 0 for float layers, mixed formats, products too small to split or
-  // a pool of one thread.
+  // told: 0 for float layers, formats quantized differently, products too
+  // small to split or a pool of one thread.
   static std::size_t hint_decode(std::span<const Linear* const> layers, ThreadPool* pool,
                                  std::size_t bytes_per_worker);
 

@@ -465,16 +465,17 @@ TEST_P(LinearQuantized, PackedOnAPoolEqualsPackedOnTheCaller) {
 // Q, K and V (or gate and up) in one call: bit-identical to one forward()
 // each, on every thread count, for one token (the single parallel region over
 // all layers' row groups, with partial row groups at layer boundaries) and for
-// several (the per-layer path over activations quantized once).
-TEST_P(LinearQuantized, ForwardSameInputEqualsSeparateForwards) {
-  const auto [format, aq] = GetParam();
+// several (the per-layer path over activations quantized once). `formats`
+// are the three layers' (n_out 300, 17 and 1000).
+void expect_same_input_equals_separate(const Format (&formats)[3], AQ aq, const std::string& what) {
   ThreadPool pool2(2), pool3(3);
   const std::size_t n_in = 1024;
   std::vector<QuantWeights> ws;
   std::vector<Linear> ls;
   unsigned seed = 300;
-  for (std::size_t n_out : {300, 17, 1000}) {
-    ws.push_back(make_weights(format, n_out, n_in, seed++));
+  const std::size_t n_outs[] = {300, 17, 1000};
+  for (int i = 0; i < 3; ++i) {
+    ws.push_back(make_weights(formats[i], n_outs[i], n_in, seed++));
     absl::StatusOr<Linear> l = make_linear(ws.back());
     ASSERT_TRUE(l.ok()) << l.status();
     ls.push_back(*std::move(l));
@@ -492,18 +493,31 @@ TEST_P(LinearQuantized, ForwardSameInputEqualsSeparateForwards) {
       // the results below must not change).
       if (m == 1) {
         EXPECT_EQ(Linear::hint_decode(layers, pool, 64 << 10),
-                  pool == nullptr ? 0u : pool->threads() - 1);
+                  pool == nullptr ? 0u : pool->threads() - 1)
+            << what;
       }
       const absl::Status st =
           Linear::forward_same_input(layers, x.data(), m, outs, scratch, pool, aq);
       ASSERT_TRUE(st.ok()) << st;
       for (std::size_t i = 0; i < ls.size(); ++i)
         expect_identical(ys[i], run(ls[i], x, m, aq),
-                         std::string(format_name(format)) + " layer " + std::to_string(i) +
-                             " m=" + std::to_string(m) +
+                         what + " layer " + std::to_string(i) + " m=" + std::to_string(m) +
                              " threads=" + std::to_string(pool == nullptr ? 1 : pool->threads()));
     }
   }
+}
+
+TEST_P(LinearQuantized, ForwardSameInputEqualsSeparateForwards) {
+  const auto [format, aq] = GetParam();
+  expect_same_input_equals_separate({format, format, format}, aq, format_name(format));
+}
+
+// The K-quants quantize their input alike, so a Q4_K_M file's Q and K
+// (Q4_K) and V (Q6_K) share one quantization and one decode region.
+TEST(Linear, ForwardSameInputSharesTheKQuantsActivations) {
+  for (AQ aq : {AQ::kPerGroup32, AQ::kPerToken})
+    expect_same_input_equals_separate({Format::kQ4_K, Format::kQ6_K, Format::kQ5_K}, aq,
+                                      "q4_k, q6_k, q5_k");
 }
 
 INSTANTIATE_TEST_SUITE_P(Formats, LinearQuantized,
@@ -531,6 +545,11 @@ TEST(Linear, HintDecodeTellsWorkersOnlyWhenDecodeIsSplit) {
   const Linear* b[] = {&*lb};
   const Linear* s[] = {&*ls};
   const Linear* mixed[] = {&*lb, &*lo};
+  const QuantWeights q4_k = make_weights(Format::kQ4_K, 256, 2048, 8);
+  const QuantWeights q6_k = make_weights(Format::kQ6_K, 64, 2048, 9);
+  absl::StatusOr<Linear> l4 = make_linear(q4_k), l6 = make_linear(q6_k);
+  ASSERT_TRUE(l4.ok() && l6.ok());
+  const Linear* k_mix[] = {&*l4, &*l6};
   const Linear* fl[] = {&*lf};
   EXPECT_EQ(Linear::hint_decode(b, &two, 1 << 16), 1u);
   EXPECT_EQ(Linear::hint_decode(b, &three, 1 << 16), 2u);
@@ -538,7 +557,9 @@ TEST(Linear, HintDecodeTellsWorkersOnlyWhenDecodeIsSplit) {
   EXPECT_EQ(Linear::hint_decode(b, nullptr, 1 << 16), 0u);
   EXPECT_EQ(Linear::hint_decode(b, &two, 0), 0u);
   EXPECT_EQ(Linear::hint_decode(s, &two, 1 << 16), 0u) << "too small to split";
-  EXPECT_EQ(Linear::hint_decode(mixed, &two, 1 << 16), 0u) << "mixed formats run separately";
+  EXPECT_EQ(Linear::hint_decode(mixed, &two, 1 << 16), 0u)
+      << "Q8_0 and Q4_0 quantize their input differently: they run separately";
+  EXPECT_EQ(Linear::hint_decode(k_mix, &two, 1 << 16), 1u) << "K-quants share one region";
   EXPECT_EQ(Linear::hint_decode(fl, &two, 1 << 16), 0u) << "float layers run in XNNPACK";
 }
 

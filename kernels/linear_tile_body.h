@@ -160,13 +160,23 @@ struct TileStreams {
   }
 };
 
-// Prefetches block b's share of pf (pf_lines lines per block) into L2.
+// Prefetches lines [k0, k1) of block b's share of pf (pf_lines lines per
+// block) into L2. The tiles issue lines 0..7 of a block's share spread over
+// its steps, between their loads, and any further lines (a step of one or
+// two token tiles fetches more than 8 per block) at its start: spread, the
+// 16-row batched step ran 5-10% faster than with every line at the block's
+// start, on a core that cannot read ahead while it computes
+// (docs/performance-batching.md).
 inline __attribute__((always_inline)) void prefetch_share(const std::uint8_t* pf, std::size_t b,
-                                                          std::size_t pf_lines) {
+                                                          std::size_t pf_lines, std::size_t k0,
+                                                          std::size_t k1) {
   if (pf != nullptr)
-    for (std::size_t k = 0; k < pf_lines; ++k)
+    for (std::size_t k = k0; k < pf_lines && k < k1; ++k)
       _mm_prefetch(reinterpret_cast<const char*>(pf + 64 * (b * pf_lines + k)), _MM_HINT_T1);
 }
+// The lines past the eight a block's steps spread.
+inline constexpr std::size_t kSpreadLines = 8;
+inline constexpr std::size_t kRestOfShare = ~std::size_t{0};
 
 // Decode (one token) only: fetches into L1 the block kAhead blocks past wp
 // in each of the tile's G row groups (group stride gs). Blocks with more
@@ -218,7 +228,7 @@ void tile_blocks(const PackedWeights& w, const QuantizedActivations& a, std::siz
 
   const bool prefetch_blocks = T == 1 && a.decode_prefetch;
   for (std::size_t b = 0; b < a.blocks; ++b) {
-    prefetch_share(pf, b, pf_lines);
+    prefetch_share(pf, b, pf_lines, kSpreadLines, kRestOfShare);
     load_super_scales<kF, H>(at.sp, gs, b, d_super, dmin_super);
     IVec acc[H][T];
 #pragma GCC unroll 8
@@ -229,6 +239,7 @@ void tile_blocks(const PackedWeights& w, const QuantizedActivations& a, std::siz
       if (prefetch_blocks) prefetch_decode_blocks<G, kBlockBytes, kQ4DecodePrefetchBlocks>(wp, gs);
 #pragma GCC unroll 4
       for (int c = 0; c < 4; ++c) {
+        prefetch_share(pf, b, pf_lines, 2 * c, 2 * c + 2);
         IVec lo[H], hi[H];
 #pragma GCC unroll 8
         for (int h = 0; h < H; ++h) {
@@ -247,6 +258,7 @@ void tile_blocks(const PackedWeights& w, const QuantizedActivations& a, std::siz
     } else {
 #pragma GCC unroll 8
       for (int s = 0; s < 8; ++s) {
+        prefetch_share(pf, b, pf_lines, s, s + 1);
         Q8Unit wu[H];
 #pragma GCC unroll 8
         for (int h = 0; h < H; ++h) wu[h] = q8_unit(load_aligned(wp + unit_bytes(h) + 64 * s));
@@ -401,7 +413,7 @@ void tile_wide(const PackedWeights& w, const QuantizedActivations& a, std::size_
 
   const bool prefetch_blocks = T == 1 && a.decode_prefetch;
   for (std::size_t b = 0; b < a.blocks; ++b) {
-    prefetch_share(pf, b, pf_lines);
+    prefetch_share(pf, b, pf_lines, kSpreadLines, kRestOfShare);
     load_super_scales<kF, H>(at.sp, gs, b, d_super, dmin_super);
     if (prefetch_blocks) prefetch_decode_blocks<G, kBlockBytes, kWideDecodePrefetchBlocks>(wp, gs);
     IVec lo_acc[H][T], hi_acc[H][T];
@@ -423,6 +435,7 @@ void tile_wide(const PackedWeights& w, const QuantizedActivations& a, std::size_
     // together: the maddubs cores sum their int16 pairs before widening
     // (2 x 2 x 63 x 127 < 32768).
     auto steps = [&]<int C>() {
+      prefetch_share(pf, b, pf_lines, 2 * C, 2 * C + 4);
       if constexpr (kUnitAtATime) {
         const IVec xl0 = broadcast4(xp + 4 * n * C), xl1 = broadcast4(xp + 4 * n * (C + 1));
         const IVec xh0 = broadcast4(xp + 4 * n * (C + 4)), xh1 = broadcast4(xp + 4 * n * (C + 5));
@@ -531,7 +544,10 @@ void whole_tile(std::size_t tokens, const PackedWeights& w, const QuantizedActiv
 // the next pair's weights into L2, each its share (a slice of pf_lines lines
 // per block), so that with few tiles (a batched decode step of 8-16 rows) the
 // whole next pair still arrives while this one computes, instead of the
-// cores stalling on DRAM.
+// cores stalling on DRAM. The pair after g1 is fetched too: a pool thread
+// walks its range forwards, so its next call usually starts there
+// (kernels/thread_pool.cc), and a call's first pair would otherwise wait
+// on DRAM.
 template <WeightFormat kF, bool kPerToken, int kMaxT, bool kPrefetchNextPair>
 void run_in_group_pairs(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0,
                         std::size_t g1, std::size_t t0, std::size_t t1, float* y, std::size_t ldy) {
@@ -549,8 +565,9 @@ void run_in_group_pairs(const PackedWeights& w, const QuantizedActivations& a, s
   // decode rows) prefetches the entire next pair itself, since its few
   // multiply-adds leave the hardware prefetcher too little time to.
   const std::size_t pf_lines = kPrefetchNextPair ? (pair_slices + tiles - 1) / tiles : 0;
+  const std::size_t all = (w.n_out + kGroupRows - 1) / kGroupRows;  // the matrix's groups
   for (; g + 2 <= g1; g += 2) {
-    const std::size_t next = g + 2 < g1 ? (g1 - g - 2 < 2 ? g1 - g - 2 : 2) : 0;
+    const std::size_t next = g + 2 < all ? (all - g - 2 < 2 ? all - g - 2 : 2) : 0;
     const std::uint8_t* pf = w.data + (g + 2) * w.group_stride;
     for (std::size_t p = p0; p < p1; ++p) {
       const std::size_t off = (p - p0) * slice * pf_lines;

@@ -287,6 +287,8 @@ BENCHMARK_TEMPLATE(BM_BatchedGemm, Linear::Format::kQ8_0)
     ->Args({4, 5632, 2048, 2})
     ->Args({8, 5632, 2048, 2})
     ->Args({16, 5632, 2048, 2})
+    ->Args({1, 5632, 2048, 1})
+    ->Args({16, 5632, 2048, 1})
     ->Iterations(256)
     ->UseRealTime();
 

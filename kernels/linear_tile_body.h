@@ -163,10 +163,9 @@ struct TileStreams {
 // Prefetches lines [k0, k1) of block b's share of pf (pf_lines lines per
 // block) into L2. The tiles issue lines 0..7 of a block's share spread over
 // its steps, between their loads, and any further lines (a step of one or
-// two token tiles fetches more than 8 per block) at its start: spread, the
-// 16-row batched step ran 5-10% faster than with every line at the block's
-// start, on a core that cannot read ahead while it computes
-// (docs/performance-batching.md).
+// two token tiles fetches more than 8 per block) at its start: a prefetch
+// waits for a line-fill buffer, and bunched at the block's start they held
+// the core longer (docs/performance-batching.md, "Prefetches spread").
 inline __attribute__((always_inline)) void prefetch_share(const std::uint8_t* pf, std::size_t b,
                                                           std::size_t pf_lines, std::size_t k0,
                                                           std::size_t k1) {

@@ -173,7 +173,8 @@ inline __attribute__((always_inline)) void prefetch_share(const std::uint8_t* pf
     for (std::size_t k = k0; k < pf_lines && k < k1; ++k)
       _mm_prefetch(reinterpret_cast<const char*>(pf + 64 * (b * pf_lines + k)), _MM_HINT_T1);
 }
-// The lines past the eight a block's steps spread.
+// A block's steps issue lines [0, kSpreadLines) of its share; its start
+// issues [kSpreadLines, kRestOfShare), i.e. every line after those.
 inline constexpr std::size_t kSpreadLines = 8;
 inline constexpr std::size_t kRestOfShare = ~std::size_t{0};
 

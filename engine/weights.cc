@@ -159,12 +159,32 @@ std::vector<kernels::BlockQ8_0> legacy_to_q8_0(const GgufTensorInfo& t, kernels:
   return q;
 }
 
+// More address space than the packed projections of `f` can take: 2 bytes
+// a weight (halves; Q8_0 takes 1.0625) plus a row group's padding and
+// scales per 16 rows, for every tensor of two or more dimensions (a fused
+// tensor's parts each pad their last row group). Only what is written
+// becomes resident.
+std::size_t packed_bytes_bound(const GgufFile& f) {
+  std::size_t bound = 0;
+  for (const GgufTensorInfo& t : f.tensors()) {
+    if (t.n_dims < 2) continue;
+    const std::size_t n_in = t.dims[0], rows = t.n_elements / n_in;
+    bound += (rows + 64) * (2 * n_in + 64);
+  }
+  return bound;
+}
+
 struct Loader {
   const GgufFile& f;
   const LoadOptions& options;
   std::map<std::string, int> type_counts;
   std::size_t packed_bytes = 0;
   std::size_t file_bytes = 0;  // the same projections as the file stores them
+  // Every projection's packed weights, back to back on huge pages (nullptr:
+  // each gets an allocation of its own).
+  std::shared_ptr<StreamedRegion> region;
+
+  kernels::Packing packing() const { return {options.pool, region}; }
 
   absl::StatusOr<Linear> linear(const std::string& name, std::size_t n_in, std::size_t n_out,
                                 bool keep_pages = false) {
@@ -213,11 +233,11 @@ struct Loader {
     if (converted) {
       HEARTH_ASSIGN_OR_RETURN(auto x, to_float(f, ti, options.pool));
       if (options.convert == LoadOptions::Convert::kQ8_0) {
-        l = Linear::from_q8_0(to_q8_0(x).data(), n_out, n_in, options.pool);
+        l = Linear::from_q8_0(to_q8_0(x).data(), n_out, n_in, packing());
       } else {
         std::vector<kernels::BlockQ4_0> q(x.size() / 32);
         kernels::quantize_row_q4_0(x.data(), q.data(), x.size());
-        l = Linear::from_q4_0(q.data(), n_out, n_in, options.pool);
+        l = Linear::from_q4_0(q.data(), n_out, n_in, packing());
       }
     } else {
       switch (ti.type) {
@@ -226,19 +246,19 @@ struct Loader {
           break;
         case GgmlType::kF16:
           l = Linear::from_f16(reinterpret_cast<const std::uint16_t*>(ti.data), n_out, n_in,
-                               options.pool);
+                               packing());
           break;
         case GgmlType::kBF16:
           l = Linear::from_bf16(reinterpret_cast<const std::uint16_t*>(ti.data), n_out, n_in,
-                                options.pool);
+                                packing());
           break;
         case GgmlType::kQ8_0:
           l = Linear::from_q8_0(reinterpret_cast<const kernels::BlockQ8_0*>(ti.data), n_out, n_in,
-                                options.pool);
+                                packing());
           break;
         case GgmlType::kQ4_0:
           l = Linear::from_q4_0(reinterpret_cast<const kernels::BlockQ4_0*>(ti.data), n_out, n_in,
-                                options.pool);
+                                packing());
           break;
         case GgmlType::kQ4_K:
         case GgmlType::kQ5_K:
@@ -248,13 +268,13 @@ struct Loader {
             l = Linear::from_f32(x.data(), n_out, n_in);
           } else if (ti.type == GgmlType::kQ4_K) {
             l = Linear::from_q4_k(reinterpret_cast<const BlockQ4_K*>(ti.data), n_out, n_in,
-                                  options.pool);
+                                  packing());
           } else if (ti.type == GgmlType::kQ5_K) {
             l = Linear::from_q5_k(reinterpret_cast<const BlockQ5_K*>(ti.data), n_out, n_in,
-                                  options.pool);
+                                  packing());
           } else {
             l = Linear::from_q6_k(reinterpret_cast<const BlockQ6_K*>(ti.data), n_out, n_in,
-                                  options.pool);
+                                  packing());
           }
           break;
         }
@@ -262,7 +282,7 @@ struct Loader {
           // to_float() refuses every type not handled here, naming it.
           if (!runs_as_q8_0(ti.type)) return to_float(f, ti).status();
           const std::vector<kernels::BlockQ8_0> q = legacy_to_q8_0(ti, options.pool);
-          l = Linear::from_q8_0(q.data(), n_out, n_in, options.pool);
+          l = Linear::from_q8_0(q.data(), n_out, n_in, packing());
           break;
         }
       }
@@ -365,7 +385,8 @@ absl::StatusOr<std::shared_ptr<const ModelWeights>> ModelWeights::load(
   w->file_ = file;
   const ModelConfig& c = w->config_;
   const GgufFile& f = *file;
-  Loader ld{f, options, {}, 0};
+  Loader ld{f, options, {}, 0, 0, StreamedRegion::reserve(packed_bytes_bound(f))};
+  w->packed_region_ = ld.region;
 
   for (std::size_t i = 0; i < c.n_layer; ++i) {
     HEARTH_ASSIGN_OR_RETURN(auto layer, load_layer(ld, c, str_cat("blk.", i, ".")));
@@ -431,6 +452,7 @@ absl::StatusOr<std::shared_ptr<const ModelWeights>> ModelWeights::load(
     HEARTH_ASSIGN_OR_RETURN(w->rope_long_, ld.vector("rope_factors_long.weight", c.rope_dim / 2));
     HEARTH_ASSIGN_OR_RETURN(w->rope_short_, ld.vector("rope_factors_short.weight", c.rope_dim / 2));
   }
+  if (ld.region != nullptr) ld.region->release_unused();
   w->packed_bytes_ = ld.packed_bytes;
   w->projection_file_bytes_ = ld.file_bytes;
   int best = 0;

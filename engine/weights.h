@@ -24,6 +24,7 @@
 #include "engine/model_config.h"
 #include "kernels/dtype.h"
 #include "kernels/linear.h"
+#include "memory/streamed_region.h"
 
 namespace hearth::engine {
 
@@ -81,6 +82,10 @@ class ModelWeights {
   std::size_t projection_file_bytes() const { return projection_file_bytes_; }
   std::size_t mapped_bytes() const { return file_->size(); }
   const std::string& type_summary() const { return type_summary_; }
+  // The region the packed projections were carved from, back to back
+  // (memory/streamed_region.h); nullptr if it could not be reserved, and
+  // then each has an allocation of its own.
+  const StreamedRegion* packed_region() const { return packed_region_.get(); }
   // The predominant projection type: "Q8_0", "Q4_0", "F32", "F16", ...
   const std::string& quantization() const { return quantization_; }
 
@@ -96,6 +101,7 @@ class ModelWeights {
   kernels::DType embedding_type_ = kernels::DType::kF32;
   std::vector<std::uint8_t> embedding_converted_;  // when the file's type is not native
   std::vector<float> rope_freqs_, rope_short_, rope_long_;
+  std::shared_ptr<const StreamedRegion> packed_region_;  // the Linears share it too
   std::size_t packed_bytes_ = 0;
   std::size_t projection_file_bytes_ = 0;
   std::string type_summary_;

@@ -132,7 +132,8 @@ std::size_t Linear::weight_bytes() const noexcept {
   return groups_ * group_stride_;
 }
 
-absl::StatusOr<Linear> Linear::allocate_packed(Format format, std::size_t n_out, std::size_t n_in) {
+absl::StatusOr<Linear> Linear::allocate_packed(Format format, std::size_t n_out, std::size_t n_in,
+                                               const std::shared_ptr<StreamedRegion>& region) {
   Linear l;
   l.format_ = format;
   l.n_in_ = n_in;
@@ -155,7 +156,13 @@ absl::StatusOr<Linear> Linear::allocate_packed(Format format, std::size_t n_out,
     l.group_stride_ = l.scales_offset_ + round_up(scale_bytes, 64);
   }
   const std::size_t bytes = l.groups_ * l.group_stride_;
-  l.packed_.reset(static_cast<std::uint8_t*>(allocate_streamed(bytes)));
+  // The region's piece shares ownership of the region (shared_ptr's
+  // aliasing constructor); when it is full, an allocation of their own.
+  if (std::uint8_t* piece = region != nullptr ? region->take(bytes) : nullptr) {
+    l.packed_ = std::shared_ptr<std::uint8_t>(region, piece);
+  } else if (auto* own = static_cast<std::uint8_t*>(allocate_streamed(bytes))) {
+    l.packed_ = std::shared_ptr<std::uint8_t>(own, internal::AlignedFree{});
+  }
   if (l.packed_ == nullptr)
     return absl::ResourceExhaustedError(
         absl::StrCat("Linear: cannot allocate ", bytes, " bytes of packed weights"));
@@ -192,16 +199,16 @@ void Linear::pack_groups(ThreadPool* pool, PackGroup&& pack_group) {
 // block's fp16 scale goes to the group's scale array.
 template <typename Block, typename Place>
 absl::StatusOr<Linear> Linear::pack_blocks(Format format, const Block* w, std::size_t n_out,
-                                           std::size_t n_in, const char* what, ThreadPool* pool,
-                                           Place place) {
+                                           std::size_t n_in, const char* what,
+                                           const Packing& packing, Place place) {
   HEARTH_RETURN_IF_ERROR(check_shape(n_out, n_in, true));
   if (w == nullptr)
     return absl::InvalidArgumentError(absl::StrCat("Linear::", what, ": w is null"));
-  HEARTH_ASSIGN_OR_RETURN(auto l, allocate_packed(format, n_out, n_in));
+  HEARTH_ASSIGN_OR_RETURN(auto l, allocate_packed(format, n_out, n_in, packing.region));
   const std::size_t blocks = n_in / kQuantGroup;
   const std::size_t block_bytes = format == Format::kQ8_0 ? kQ8BlockBytes : kQ4BlockBytes;
   const std::size_t scales_offset = l.scales_offset_;
-  l.pack_groups(pool, [&](std::uint8_t* group, std::size_t row0, std::size_t rows) {
+  l.pack_groups(packing.pool, [&](std::uint8_t* group, std::size_t row0, std::size_t rows) {
     for (std::size_t r = 0; r < rows; ++r) {
       for (std::size_t b = 0; b < blocks; ++b) {
         const Block& src = w[(row0 + r) * blocks + b];
@@ -214,8 +221,8 @@ absl::StatusOr<Linear> Linear::pack_blocks(Format format, const Block* w, std::s
 }
 
 absl::StatusOr<Linear> Linear::from_q8_0(const BlockQ8_0* w, std::size_t n_out, std::size_t n_in,
-                                         ThreadPool* pool) {
-  return pack_blocks(Format::kQ8_0, w, n_out, n_in, "from_q8_0", pool,
+                                         Packing packing) {
+  return pack_blocks(Format::kQ8_0, w, n_out, n_in, "from_q8_0", packing,
                      [](const BlockQ8_0& src, std::uint8_t* dst) {
                        for (std::size_t s = 0; s < 8; ++s)
                          for (std::size_t j = 0; j < 4; ++j)  // w + 128
@@ -224,8 +231,8 @@ absl::StatusOr<Linear> Linear::from_q8_0(const BlockQ8_0* w, std::size_t n_out, 
 }
 
 absl::StatusOr<Linear> Linear::from_q4_0(const BlockQ4_0* w, std::size_t n_out, std::size_t n_in,
-                                         ThreadPool* pool) {
-  return pack_blocks(Format::kQ4_0, w, n_out, n_in, "from_q4_0", pool,
+                                         Packing packing) {
+  return pack_blocks(Format::kQ4_0, w, n_out, n_in, "from_q4_0", packing,
                      [](const BlockQ4_0& src, std::uint8_t* dst) {
                        for (std::size_t c = 0; c < 4; ++c)
                          std::memcpy(dst + c * 64, src.qs + 4 * c, 4);
@@ -299,12 +306,12 @@ void k_values(const BlockQ6_K& b, std::uint8_t* q) { q6_k_values(b, q); }
 // by block; its scales go to the group's scales of that super-block.
 template <typename Block>
 absl::StatusOr<Linear> Linear::pack_k_quant(const Block* w, std::size_t n_out, std::size_t n_in,
-                                            const char* what, ThreadPool* pool) {
+                                            const char* what, const Packing& packing) {
   constexpr Format kF = std::is_same_v<Block, BlockQ4_K>   ? Format::kQ4_K
                         : std::is_same_v<Block, BlockQ5_K> ? Format::kQ5_K
                                                            : Format::kQ6_K;
   HEARTH_RETURN_IF_ERROR(check_k_quant(n_out, n_in, w, what));
-  HEARTH_ASSIGN_OR_RETURN(auto l, allocate_packed(kF, n_out, n_in));
+  HEARTH_ASSIGN_OR_RETURN(auto l, allocate_packed(kF, n_out, n_in, packing.region));
   constexpr std::size_t kBlockBytes = kF == Format::kQ4_K   ? kQ4BlockBytes
                                       : kF == Format::kQ5_K ? kQ5BlockBytes
                                                             : kQ6BlockBytes;
@@ -312,7 +319,7 @@ absl::StatusOr<Linear> Linear::pack_k_quant(const Block* w, std::size_t n_out, s
       kF == Format::kQ6_K ? kQ6KSuperScaleBytes : kQ4KSuperScaleBytes;
   const std::size_t supers = n_in / kSuperBlock;
   const std::size_t scales_offset = l.scales_offset_;
-  l.pack_groups(pool, [&](std::uint8_t* group, std::size_t row0, std::size_t rows) {
+  l.pack_groups(packing.pool, [&](std::uint8_t* group, std::size_t row0, std::size_t rows) {
     std::uint8_t q[kSuperBlock];
     for (std::size_t r = 0; r < rows; ++r) {
       for (std::size_t s = 0; s < supers; ++s) {
@@ -328,18 +335,18 @@ absl::StatusOr<Linear> Linear::pack_k_quant(const Block* w, std::size_t n_out, s
 }
 
 absl::StatusOr<Linear> Linear::from_q4_k(const BlockQ4_K* w, std::size_t n_out, std::size_t n_in,
-                                         ThreadPool* pool) {
-  return pack_k_quant(w, n_out, n_in, "from_q4_k", pool);
+                                         Packing packing) {
+  return pack_k_quant(w, n_out, n_in, "from_q4_k", packing);
 }
 
 absl::StatusOr<Linear> Linear::from_q5_k(const BlockQ5_K* w, std::size_t n_out, std::size_t n_in,
-                                         ThreadPool* pool) {
-  return pack_k_quant(w, n_out, n_in, "from_q5_k", pool);
+                                         Packing packing) {
+  return pack_k_quant(w, n_out, n_in, "from_q5_k", packing);
 }
 
 absl::StatusOr<Linear> Linear::from_q6_k(const BlockQ6_K* w, std::size_t n_out, std::size_t n_in,
-                                         ThreadPool* pool) {
-  return pack_k_quant(w, n_out, n_in, "from_q6_k", pool);
+                                         Packing packing) {
+  return pack_k_quant(w, n_out, n_in, "from_q6_k", packing);
 }
 
 absl::StatusOr<Linear> Linear::from_f32(const float* w, std::size_t n_out, std::size_t n_in) {
@@ -355,12 +362,13 @@ absl::StatusOr<Linear> Linear::from_f32(const float* w, std::size_t n_out, std::
 }
 
 absl::StatusOr<Linear> Linear::pack_half(Format format, const std::uint16_t* w, std::size_t n_out,
-                                         std::size_t n_in, const char* what, ThreadPool* pool) {
+                                         std::size_t n_in, const char* what,
+                                         const Packing& packing) {
   HEARTH_RETURN_IF_ERROR(check_shape(n_out, n_in, false));
   if (w == nullptr)
     return absl::InvalidArgumentError(absl::StrCat("Linear::", what, ": w is null"));
-  HEARTH_ASSIGN_OR_RETURN(auto l, allocate_packed(format, n_out, n_in));
-  l.pack_groups(pool, [&](std::uint8_t* group, std::size_t row0, std::size_t rows) {
+  HEARTH_ASSIGN_OR_RETURN(auto l, allocate_packed(format, n_out, n_in, packing.region));
+  l.pack_groups(packing.pool, [&](std::uint8_t* group, std::size_t row0, std::size_t rows) {
     auto* dst = reinterpret_cast<std::uint16_t*>(group);
     for (std::size_t i = 0; i < n_in; ++i)
       for (std::size_t r = 0; r < rows; ++r) dst[i * kGroupRows + r] = w[(row0 + r) * n_in + i];
@@ -369,13 +377,13 @@ absl::StatusOr<Linear> Linear::pack_half(Format format, const std::uint16_t* w, 
 }
 
 absl::StatusOr<Linear> Linear::from_f16(const std::uint16_t* w, std::size_t n_out, std::size_t n_in,
-                                        ThreadPool* pool) {
-  return pack_half(Format::kF16, w, n_out, n_in, "from_f16", pool);
+                                        Packing packing) {
+  return pack_half(Format::kF16, w, n_out, n_in, "from_f16", packing);
 }
 
 absl::StatusOr<Linear> Linear::from_bf16(const std::uint16_t* w, std::size_t n_out,
-                                         std::size_t n_in, ThreadPool* pool) {
-  return pack_half(Format::kBF16, w, n_out, n_in, "from_bf16", pool);
+                                         std::size_t n_in, Packing packing) {
+  return pack_half(Format::kBF16, w, n_out, n_in, "from_bf16", packing);
 }
 
 absl::Status Linear::forward(const float* x, std::size_t m, float* y, MemoryAllocator& scratch,

@@ -83,6 +83,7 @@
 #include <cstdint>
 #include <memory>
 #include <span>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -90,6 +91,7 @@
 #include "kernels/gguf_kquants.h"
 #include "kernels/thread_pool.h"
 #include "memory/memory_allocator.h"
+#include "memory/streamed_region.h"
 
 namespace hearth::kernels {
 
@@ -105,6 +107,18 @@ struct AlignedFree {
 };
 }  // namespace internal
 
+// How a Linear factory packs its weights: on `pool`'s threads, row groups
+// side by side (nullptr: on the calling thread; the result is the same), and
+// into `region` when given (the packed weights are carved from it and keep it
+// alive), else into an allocation of their own (allocate_streamed).
+struct Packing {
+  Packing(ThreadPool* pool = nullptr) : pool(pool) {}  // implicit: a pool alone converts
+  Packing(ThreadPool* pool, std::shared_ptr<StreamedRegion> region)
+      : pool(pool), region(std::move(region)) {}
+  ThreadPool* pool = nullptr;
+  std::shared_ptr<StreamedRegion> region;
+};
+
 class Linear {
  public:
   enum class Format { kF32, kQ8_0, kQ4_0, kQ4_K, kQ5_K, kQ6_K, kF16, kBF16 };
@@ -118,30 +132,28 @@ class Linear {
   // IEEE half (from_f16) or bfloat16 (from_bf16) weights, row-major n_out x
   // n_in, any n_in: kept as halves in row groups (2 bytes per weight, as in
   // the file) and computed in float by hearth's own kernels (see "Half
-  // path" above). With a `pool`, its threads pack row groups side by side;
-  // the result is the same either way.
+  // path" above), as `packing` says (Packing, above).
   static absl::StatusOr<Linear> from_f16(const std::uint16_t* w, std::size_t n_out,
-                                         std::size_t n_in, ThreadPool* pool = nullptr);
+                                         std::size_t n_in, Packing packing = {});
   static absl::StatusOr<Linear> from_bf16(const std::uint16_t* w, std::size_t n_out,
-                                          std::size_t n_in, ThreadPool* pool = nullptr);
+                                          std::size_t n_in, Packing packing = {});
   // GGUF blocks, row-major: row r is w[r * n_in / 32 .. (r + 1) * n_in / 32).
   // n_in must be a multiple of 32. The blocks are repacked; the caller's
-  // buffer may be freed on return. With a `pool`, its threads pack row
-  // groups side by side (a model loads on every kernel thread); nullptr
-  // packs on the calling thread. The result is the same either way.
+  // buffer may be freed on return. Packed as `packing` says (a model loads
+  // on every kernel thread, into one StreamedRegion).
   static absl::StatusOr<Linear> from_q8_0(const BlockQ8_0* w, std::size_t n_out, std::size_t n_in,
-                                          ThreadPool* pool = nullptr);
+                                          Packing packing = {});
   static absl::StatusOr<Linear> from_q4_0(const BlockQ4_0* w, std::size_t n_out, std::size_t n_in,
-                                          ThreadPool* pool = nullptr);
+                                          Packing packing = {});
   // GGUF Q4_K / Q5_K / Q6_K super-blocks, row-major (n_in / 256 per row);
   // n_in must be a multiple of 256. Packed without loss: the same q, scales
   // and mins.
   static absl::StatusOr<Linear> from_q4_k(const BlockQ4_K* w, std::size_t n_out, std::size_t n_in,
-                                          ThreadPool* pool = nullptr);
+                                          Packing packing = {});
   static absl::StatusOr<Linear> from_q5_k(const BlockQ5_K* w, std::size_t n_out, std::size_t n_in,
-                                          ThreadPool* pool = nullptr);
+                                          Packing packing = {});
   static absl::StatusOr<Linear> from_q6_k(const BlockQ6_K* w, std::size_t n_out, std::size_t n_in,
-                                          ThreadPool* pool = nullptr);
+                                          Packing packing = {});
 
   Linear(Linear&&) noexcept;
   Linear& operator=(Linear&&) noexcept;
@@ -196,18 +208,19 @@ class Linear {
 
  private:
   Linear() = default;
-  static absl::StatusOr<Linear> allocate_packed(Format format, std::size_t n_out, std::size_t n_in);
+  static absl::StatusOr<Linear> allocate_packed(Format format, std::size_t n_out, std::size_t n_in,
+                                                const std::shared_ptr<StreamedRegion>& region);
   // Fills every row group: clears it to the padding values, then calls
   // pack_group(group bytes, first row, rows), on `pool` when given.
   template <typename PackGroup>
   void pack_groups(ThreadPool* pool, PackGroup&& pack_group);
   template <typename Block>  // BlockQ4_K, BlockQ5_K or BlockQ6_K
   static absl::StatusOr<Linear> pack_k_quant(const Block* w, std::size_t n_out, std::size_t n_in,
-                                             const char* what, ThreadPool* pool);
+                                             const char* what, const Packing& packing);
   template <typename Block, typename Place>
   static absl::StatusOr<Linear> pack_blocks(Format format, const Block* w, std::size_t n_out,
-                                            std::size_t n_in, const char* what, ThreadPool* pool,
-                                            Place place);
+                                            std::size_t n_in, const char* what,
+                                            const Packing& packing, Place place);
   // The quantized path in two steps: activations into scratch, then the
   // matmul over them (split across the pool when large enough).
   absl::Status quantize_input(const float* x, std::size_t m, MemoryAllocator& scratch,
@@ -220,7 +233,8 @@ class Linear {
   // The half path (split across the pool when large enough).
   void run_half(const float* x, std::size_t m, float* y, ThreadPool* pool) const;
   static absl::StatusOr<Linear> pack_half(Format format, const std::uint16_t* w, std::size_t n_out,
-                                          std::size_t n_in, const char* what, ThreadPool* pool);
+                                          std::size_t n_in, const char* what,
+                                          const Packing& packing);
   // The active ISA's matmul for this format and activation granularity.
   internal::MatmulFn matmul_fn(bool per_token) const;
   // Slices of a one-token forward, the work items its threads share:
@@ -236,8 +250,9 @@ class Linear {
   Format format_ = Format::kF32;
   std::size_t n_in_ = 0;
   std::size_t n_out_ = 0;
-  // Quantized and half formats: the packed row groups (64-byte aligned).
-  std::unique_ptr<std::uint8_t[], internal::AlignedFree> packed_;
+  // Quantized and half formats: the packed row groups (64-byte aligned), an
+  // allocation of their own or a piece of a shared StreamedRegion.
+  std::shared_ptr<std::uint8_t> packed_;
   std::size_t groups_ = 0;         // ceil(n_out / 16)
   std::size_t group_stride_ = 0;   // bytes per row group, a multiple of 64
   std::size_t scales_offset_ = 0;  // offset of a group's fp16 scales within it

@@ -8,6 +8,8 @@
 // for transparent huge pages (MADV_HUGEPAGE; the kernel's default "madvise"
 // mode then backs them with huge pages). The tail past the last whole 2 MiB
 // keeps small pages, so no memory is made resident that was not asked for.
+// A model's packed weights are carved from one StreamedRegion instead
+// (memory/streamed_region.h), which puts the tails on huge pages too.
 #pragma once
 
 #include <cstddef>

@@ -18,6 +18,7 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
+#include <functional>
 #include <map>
 #include <memory>
 #include <random>
@@ -32,11 +33,13 @@
 #include "kernels/linear.h"
 #include "kernels/linear_impl.h"
 #include "memory/caching_allocator.h"
+#include "memory/streamed_region.h"
 
 namespace hearth::bench {
 namespace {
 
 using kernels::Linear;
+using kernels::Packing;
 
 constexpr std::size_t kLinearRotateBytes = std::size_t{1} << 30;
 
@@ -61,40 +64,56 @@ const char* format_name(Linear::Format f) {
   }
 }
 
+// Packs w (n_out x n_in floats) as `format` each time it is called (as the
+// Packing it is given says), from blocks quantized once: the rotating copies
+// below pack hundreds.
+std::function<absl::StatusOr<Linear>(Packing)> linear_packer(Linear::Format format,
+                                                             std::size_t n_out, std::size_t n_in,
+                                                             const std::vector<float>& w) {
+  const std::size_t n = n_out * n_in;
+  auto packer = [&]<typename Block>(void (*quantize)(const float*, Block*, std::size_t),
+                                    std::size_t per_block,
+                                    auto from) -> std::function<absl::StatusOr<Linear>(Packing)> {
+    auto q = std::make_shared<std::vector<Block>>(n / per_block);
+    quantize(w.data(), q->data(), n);
+    return [q, n_out, n_in, from](Packing p) { return from(q->data(), n_out, n_in, p); };
+  };
+  switch (format) {
+    case Linear::Format::kQ8_0:
+      return packer(kernels::quantize_row_q8_0, 32, [](auto* q, auto o, auto i, Packing p) {
+        return Linear::from_q8_0(q, o, i, p);
+      });
+    case Linear::Format::kQ4_0:
+      return packer(kernels::quantize_row_q4_0, 32, [](auto* q, auto o, auto i, Packing p) {
+        return Linear::from_q4_0(q, o, i, p);
+      });
+    case Linear::Format::kQ4_K:
+      return packer(kernels::quantize_row_q4_k, 256, [](auto* q, auto o, auto i, Packing p) {
+        return Linear::from_q4_k(q, o, i, p);
+      });
+    case Linear::Format::kQ5_K:
+      return packer(kernels::quantize_row_q5_k, 256, [](auto* q, auto o, auto i, Packing p) {
+        return Linear::from_q5_k(q, o, i, p);
+      });
+    case Linear::Format::kQ6_K:
+      return packer(kernels::quantize_row_q6_k, 256, [](auto* q, auto o, auto i, Packing p) {
+        return Linear::from_q6_k(q, o, i, p);
+      });
+    case Linear::Format::kF16: {
+      auto h = std::make_shared<std::vector<std::uint16_t>>(n);
+      for (std::size_t i = 0; i < n; ++i) (*h)[i] = kernels::f32_to_fp16(w[i]);
+      return [h, n_out, n_in](Packing p) { return Linear::from_f16(h->data(), n_out, n_in, p); };
+    }
+    default: {
+      auto f = std::make_shared<std::vector<float>>(w);
+      return [f, n_out, n_in](Packing) { return Linear::from_f32(f->data(), n_out, n_in); };
+    }
+  }
+}
+
 absl::StatusOr<Linear> make_linear(Linear::Format format, std::size_t n_out, std::size_t n_in,
                                    const std::vector<float>& w) {
-  const std::size_t blocks = n_out * n_in / 32;
-  if (format == Linear::Format::kQ8_0) {
-    std::vector<kernels::BlockQ8_0> q(blocks);
-    kernels::quantize_row_q8_0(w.data(), q.data(), n_out * n_in);
-    return Linear::from_q8_0(q.data(), n_out, n_in);
-  }
-  if (format == Linear::Format::kQ4_0) {
-    std::vector<kernels::BlockQ4_0> q(blocks);
-    kernels::quantize_row_q4_0(w.data(), q.data(), n_out * n_in);
-    return Linear::from_q4_0(q.data(), n_out, n_in);
-  }
-  if (format == Linear::Format::kQ4_K) {
-    std::vector<kernels::BlockQ4_K> q(blocks / 8);
-    kernels::quantize_row_q4_k(w.data(), q.data(), n_out * n_in);
-    return Linear::from_q4_k(q.data(), n_out, n_in);
-  }
-  if (format == Linear::Format::kQ5_K) {
-    std::vector<kernels::BlockQ5_K> q(blocks / 8);
-    kernels::quantize_row_q5_k(w.data(), q.data(), n_out * n_in);
-    return Linear::from_q5_k(q.data(), n_out, n_in);
-  }
-  if (format == Linear::Format::kQ6_K) {
-    std::vector<kernels::BlockQ6_K> q(blocks / 8);
-    kernels::quantize_row_q6_k(w.data(), q.data(), n_out * n_in);
-    return Linear::from_q6_k(q.data(), n_out, n_in);
-  }
-  if (format == Linear::Format::kF16) {
-    std::vector<std::uint16_t> h(w.size());
-    for (std::size_t i = 0; i < w.size(); ++i) h[i] = kernels::f32_to_fp16(w[i]);
-    return Linear::from_f16(h.data(), n_out, n_in);
-  }
-  return Linear::from_f32(w.data(), n_out, n_in);
+  return linear_packer(format, n_out, n_in, w)(Packing());
 }
 
 // Copies of one weight matrix, kept between benchmarks of the same shape
@@ -108,23 +127,13 @@ std::vector<Linear>& rotating_copies(Linear::Format format, std::size_t n_out, s
   if (key == want) return copies;
   copies.clear();
   key = want;
-  const std::vector<float> w = random_floats(n_out * n_in, 1);
-  const std::size_t blocks = n_out * n_in / 32;
-  std::vector<kernels::BlockQ8_0> q8;
-  std::vector<kernels::BlockQ4_0> q4;
-  if (format == Linear::Format::kQ8_0) {
-    q8.resize(blocks);
-    kernels::quantize_row_q8_0(w.data(), q8.data(), n_out * n_in);
-  } else {
-    q4.resize(blocks);
-    kernels::quantize_row_q4_0(w.data(), q4.data(), n_out * n_in);
-  }
+  const auto pack = linear_packer(format, n_out, n_in, random_floats(n_out * n_in, 1));
+  // Carved from one region, as a model's projections are (engine/weights.cc).
+  const std::shared_ptr<StreamedRegion> region = StreamedRegion::reserve(2 * kLinearRotateBytes);
   std::size_t total = 0;
   while (total < kLinearRotateBytes + (kLinearRotateBytes >> 3)) {
-    absl::StatusOr<Linear> l = format == Linear::Format::kQ8_0
-                                   ? Linear::from_q8_0(q8.data(), n_out, n_in)
-                                   : Linear::from_q4_0(q4.data(), n_out, n_in);
-    if (!l.ok()) std::abort();
+    absl::StatusOr<Linear> l = pack(Packing(nullptr, region));
+    if (!l.ok() || l->format() != format) std::abort();
     total += l->weight_bytes();
     copies.push_back(*std::move(l));
   }
@@ -213,6 +222,27 @@ BENCHMARK_TEMPLATE(BM_DecodeGemv, Linear::Format::kQ4_0)
     ->Args({5632, 2048, 1})
     ->Args({5632, 2048, 2})
     ->Args({2048, 5632, 2})
+    ->Iterations(2048)
+    ->UseRealTime();
+
+// The same shape for the K-quants (the Q4_K_M / Q5_K_M / Q6_K files'
+// projections), 1 and 2 threads.
+BENCHMARK_TEMPLATE(BM_DecodeGemv, Linear::Format::kQ4_K)
+    ->ArgNames({"n_out", "n_in", "threads"})
+    ->Args({5632, 2048, 1})
+    ->Args({5632, 2048, 2})
+    ->Iterations(2048)
+    ->UseRealTime();
+BENCHMARK_TEMPLATE(BM_DecodeGemv, Linear::Format::kQ5_K)
+    ->ArgNames({"n_out", "n_in", "threads"})
+    ->Args({5632, 2048, 1})
+    ->Args({5632, 2048, 2})
+    ->Iterations(2048)
+    ->UseRealTime();
+BENCHMARK_TEMPLATE(BM_DecodeGemv, Linear::Format::kQ6_K)
+    ->ArgNames({"n_out", "n_in", "threads"})
+    ->Args({5632, 2048, 1})
+    ->Args({5632, 2048, 2})
     ->Iterations(2048)
     ->UseRealTime();
 

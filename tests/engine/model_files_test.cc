@@ -130,6 +130,50 @@ std::string synth(const SyntheticModelSpec& s) {
   return b.ok() ? *b : std::string();
 }
 
+// Every packed projection (all but float ones, which XNNPACK packs) was
+// carved from the model's one region: one that fell back to an allocation
+// of its own would leave the region's used bytes short of theirs.
+void expect_one_region(const ModelWeights& w) {
+  std::size_t bytes = 0, count = 0;
+  auto add = [&](const kernels::Linear& l) {
+    if (l.format() == kernels::Linear::Format::kF32) return;
+    bytes += l.weight_bytes();
+    ++count;
+  };
+  for (const LayerWeights& L : w.layers())
+    for (const kernels::Linear* l : {&L.wq, &L.wk, &L.wv, &L.wo, &L.w_gate, &L.w_up, &L.w_down})
+      add(*l);
+  add(w.output());
+  ASSERT_NE(w.packed_region(), nullptr);
+  EXPECT_GT(count, 0u);
+  EXPECT_GE(w.packed_region()->used(), bytes) << w.type_summary();
+  EXPECT_LT(w.packed_region()->used(), bytes + 64 * count) << w.type_summary();
+}
+
+// The loader reserves enough of the region for every packed type, fused
+// tensors split into parts (Phi-3) and tied output tables included.
+TEST_F(ModelFiles, PackedProjectionsAreCarvedFromOneRegion) {
+  struct Case {
+    const char* arch;
+    GgmlType type;
+    bool medium_mix;
+  };
+  for (const Case& k :
+       {Case{"llama", GgmlType::kQ8_0, false}, Case{"llama", GgmlType::kQ4_0, false},
+        Case{"llama", GgmlType::kF16, false}, Case{"llama", GgmlType::kQ4_K, true},
+        Case{"phi3", GgmlType::kQ5_K, true}, Case{"gemma2", GgmlType::kQ6_K, false}}) {
+    SCOPED_TRACE(str_cat(k.arch, " ", ggml_type_name(k.type)));
+    SyntheticModelSpec s = small_spec(k.arch);
+    s.n_embd = 256;
+    s.n_ff = 512;
+    s.weight_type = k.type;
+    s.medium_mix = k.medium_mix;
+    auto m = load(write("region.gguf", synth(s)));
+    ASSERT_NE(m, nullptr);
+    expect_one_region(m->weights());
+  }
+}
+
 // ---------------------------------------------------------------------------
 // llama-2-tiny-random: F16 weights, the full 32k Llama 2 vocabulary.
 
@@ -170,6 +214,7 @@ TEST_F(ModelFiles, TinyRandomF16LoadsAndGenerates) {
     projection_bytes += t->n_bytes;
   }
   EXPECT_EQ(module.weights().projection_file_bytes(), projection_bytes);
+  expect_one_region(module.weights());
 
   GenerationRequest req;
   req.prompt = "Hello world";
@@ -886,6 +931,7 @@ TEST_F(ModelFiles, OlderBlockTypesRunAsQ8_0) {
       if (t.n_dims == 2 && t.name != "token_embd.weight") projection_bytes += t.n_bytes;
     EXPECT_EQ(m->weights().projection_file_bytes(), projection_bytes);
     EXPECT_GT(m->weights().packed_bytes(), projection_bytes);
+    expect_one_region(m->weights());
     const auto got = all_logits(*m, kTokens);
     // The loader's Q8_0 blocks are those of the whole tensor converted at
     // once, whichever ranges its threads took.

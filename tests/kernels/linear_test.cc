@@ -16,6 +16,7 @@
 #include "kernels/gguf_kquants.h"
 #include "kernels/thread_pool.h"
 #include "memory/caching_allocator.h"
+#include "memory/streamed_region.h"
 #include "tests/support/heap_counter.h"
 #include "tests/support/k_quants_reference.h"
 
@@ -159,7 +160,7 @@ QuantWeights make_weights(Format format, std::size_t n_out, std::size_t n_in, un
   return q;
 }
 
-absl::StatusOr<Linear> make_linear(const QuantWeights& q, ThreadPool* pool = nullptr) {
+absl::StatusOr<Linear> make_linear(const QuantWeights& q, Packing pool = {}) {
   if (q.format == Format::kQ4_K) return Linear::from_q4_k(q.q4k.data(), q.n_out, q.n_in, pool);
   if (q.format == Format::kQ5_K) return Linear::from_q5_k(q.q5k.data(), q.n_out, q.n_in, pool);
   if (q.format == Format::kQ6_K) return Linear::from_q6_k(q.q6k.data(), q.n_out, q.n_in, pool);
@@ -460,6 +461,53 @@ TEST_P(LinearQuantized, PackedOnAPoolEqualsPackedOnTheCaller) {
                            " packed on " + std::to_string(pool->threads()) + " threads");
     }
   }
+}
+
+// A model's projections are carved from one StreamedRegion: each computes
+// exactly what it does packed alone, keeps the region alive after its last
+// other owner lets go, and falls back to an allocation of its own when the
+// region is full.
+TEST_P(LinearQuantized, PackedIntoARegionEqualsPackedAlone) {
+  const auto [format, aq] = GetParam();
+  ThreadPool pool2(2);
+  const bool k_quant =
+      format == Format::kQ4_K || format == Format::kQ5_K || format == Format::kQ6_K;
+  const Shape shapes[] = {{17, k_quant ? 768u : 96u, 3}, {300, k_quant ? 4352u : 4128u, 1}};
+  std::vector<QuantWeights> weights;
+  std::vector<std::vector<float>> xs, wants;
+  std::size_t alone_bytes = 0;
+  unsigned seed = 300;
+  for (const Shape& s : shapes) {
+    weights.push_back(make_weights(format, s.n_out, s.n_in, seed++));
+    xs.push_back(make_activations(s.m, s.n_in, seed++));
+    absl::StatusOr<Linear> alone = make_linear(weights.back());
+    ASSERT_TRUE(alone.ok()) << alone.status();
+    wants.push_back(run(*alone, xs.back(), s.m, aq));
+    alone_bytes += alone->weight_bytes();
+  }
+  std::shared_ptr<StreamedRegion> region = StreamedRegion::reserve(alone_bytes + 1000);
+  ASSERT_NE(region, nullptr);
+  std::vector<Linear> carved;
+  for (std::size_t i = 0; i < weights.size(); ++i) {
+    absl::StatusOr<Linear> l = make_linear(weights[i], Packing(i == 0 ? &pool2 : nullptr, region));
+    ASSERT_TRUE(l.ok()) << l.status();
+    carved.push_back(std::move(*l));
+  }
+  EXPECT_GE(region->used(), alone_bytes) << "every layer's weights came from the region";
+  EXPECT_LT(region->used(), alone_bytes + 64 * weights.size());
+  region.reset();  // the layers hold it now
+  for (std::size_t i = 0; i < weights.size(); ++i)
+    expect_identical(
+        run(carved[i], xs[i], shapes[i].m, aq), wants[i],
+        std::string(format_name(format)) + " layer " + std::to_string(i) + " from the region");
+
+  std::shared_ptr<StreamedRegion> full = StreamedRegion::reserve(64);
+  ASSERT_NE(full, nullptr);
+  absl::StatusOr<Linear> own = make_linear(weights[1], Packing(nullptr, full));
+  ASSERT_TRUE(own.ok()) << own.status();
+  EXPECT_EQ(full->used(), 0u) << "too large for the region: an allocation of its own";
+  expect_identical(run(*own, xs[1], shapes[1].m, aq), wants[1],
+                   std::string(format_name(format)) + " beside a full region");
 }
 
 // Q, K and V (or gate and up) in one call: bit-identical to one forward()

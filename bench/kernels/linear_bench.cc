@@ -71,34 +71,25 @@ std::function<absl::StatusOr<Linear>(Packing)> linear_packer(Linear::Format form
                                                              std::size_t n_out, std::size_t n_in,
                                                              const std::vector<float>& w) {
   const std::size_t n = n_out * n_in;
-  auto packer = [&]<typename Block>(void (*quantize)(const float*, Block*, std::size_t),
-                                    std::size_t per_block,
-                                    auto from) -> std::function<absl::StatusOr<Linear>(Packing)> {
+  auto packer = [&]<typename Block>(
+                    void (*quantize)(const float*, Block*, std::size_t), std::size_t per_block,
+                    absl::StatusOr<Linear> (*from)(const Block*, std::size_t, std::size_t, Packing))
+      -> std::function<absl::StatusOr<Linear>(Packing)> {
     auto q = std::make_shared<std::vector<Block>>(n / per_block);
     quantize(w.data(), q->data(), n);
     return [q, n_out, n_in, from](Packing p) { return from(q->data(), n_out, n_in, p); };
   };
   switch (format) {
     case Linear::Format::kQ8_0:
-      return packer(kernels::quantize_row_q8_0, 32, [](auto* q, auto o, auto i, Packing p) {
-        return Linear::from_q8_0(q, o, i, p);
-      });
+      return packer(kernels::quantize_row_q8_0, 32, &Linear::from_q8_0);
     case Linear::Format::kQ4_0:
-      return packer(kernels::quantize_row_q4_0, 32, [](auto* q, auto o, auto i, Packing p) {
-        return Linear::from_q4_0(q, o, i, p);
-      });
+      return packer(kernels::quantize_row_q4_0, 32, &Linear::from_q4_0);
     case Linear::Format::kQ4_K:
-      return packer(kernels::quantize_row_q4_k, 256, [](auto* q, auto o, auto i, Packing p) {
-        return Linear::from_q4_k(q, o, i, p);
-      });
+      return packer(kernels::quantize_row_q4_k, 256, &Linear::from_q4_k);
     case Linear::Format::kQ5_K:
-      return packer(kernels::quantize_row_q5_k, 256, [](auto* q, auto o, auto i, Packing p) {
-        return Linear::from_q5_k(q, o, i, p);
-      });
+      return packer(kernels::quantize_row_q5_k, 256, &Linear::from_q5_k);
     case Linear::Format::kQ6_K:
-      return packer(kernels::quantize_row_q6_k, 256, [](auto* q, auto o, auto i, Packing p) {
-        return Linear::from_q6_k(q, o, i, p);
-      });
+      return packer(kernels::quantize_row_q6_k, 256, &Linear::from_q6_k);
     case Linear::Format::kF16: {
       auto h = std::make_shared<std::vector<std::uint16_t>>(n);
       for (std::size_t i = 0; i < n; ++i) (*h)[i] = kernels::f32_to_fp16(w[i]);

@@ -286,9 +286,14 @@ template <typename Block>  // BlockQ4_K or BlockQ5_K
 void place_k_scales(const Block& src, std::size_t r, std::uint8_t* scales) {
   std::memcpy(scales + 2 * r, &src.d, 2);
   std::memcpy(scales + kQ4KDminOffset + 2 * r, &src.dmin, 2);
+  std::uint8_t sc[kBlocksPerSuper], m[kBlocksPerSuper];
   for (int j = 0; j < static_cast<int>(kBlocksPerSuper); ++j)
-    k_scale_min(j, src.scales, &scales[kQ4KScOffset + kGroupRows * j + r],
-                &scales[kQ4KMinOffset + kGroupRows * j + r]);
+    k_scale_min(j, src.scales, &sc[j], &m[j]);
+  for (std::size_t j = 0; j < kBlocksPerSuper; ++j)
+    scales[kQ4KScOffset + kGroupRows * j + r] = static_cast<std::uint8_t>(sc[j] | (m[j] >> 4) << 6);
+  for (std::size_t k = 0; k < kBlocksPerSuper / 2; ++k)
+    scales[kQ4KMinOffset + kGroupRows * k + r] =
+        static_cast<std::uint8_t>((m[k] & 0x0f) | (m[k + 4] & 0x0f) << 4);
 }
 void place_k_scales(const BlockQ6_K& src, std::size_t r, std::uint8_t* scales) {
   std::memcpy(scales + 2 * r, &src.d, 2);

@@ -71,12 +71,12 @@
 // inputs 4c..4c+3 of the block and the high nibbles inputs 16+4c..16+4c+3.
 // Q4_K's blocks are its sub-blocks' q (no bias: its mins are subtracted in
 // float) in Q4_0's pairing, and its scales region holds each super-block's
-// d and dmin (fp16) and 8-bit sub-block scales and mins per row.
-// Bytes read per weight: 1.0625 (Q8_0), 0.5625 (Q4_0), as in the GGUF file;
-// 0.578 (Q4_K, 1.028x the file's 0.5625: the 6-bit scales and mins are
-// stored as bytes); 0.703 (Q5_K, 1.023x the file's 0.688); 0.820 (Q6_K, as in
-// the file: four 6-bit q per three bytes, the fourth in their top bits);
-// 2 (F16, BF16, as in the file).
+// d and dmin (fp16) and 6-bit sub-block scales and mins per row.
+// Bytes read per weight, as in the GGUF file: 1.0625 (Q8_0), 0.5625 (Q4_0,
+// Q4_K: its 6-bit scales and mins in the file's 12 bytes, rearranged to
+// unpack a super-block's 16 rows at once), 0.688 (Q5_K, the same), 0.820
+// (Q6_K: four 6-bit q per three bytes, the fourth in their top bits), 2 (F16,
+// BF16).
 #pragma once
 
 #include <cstddef>

@@ -105,9 +105,11 @@ void half_tile(const PackedWeights& w, const QuantizedActivations& a, std::size_
   for (int j = 0; j < T; ++j) facc[j] = zero();
   Vec d_super[1], dmin_super[1];
   d_super[0] = dmin_super[0] = zero();
+  alignas(32) std::uint8_t k_scales[kMins ? kUnpackedKScaleBytes : 32];
 
   for (std::size_t b = 0; b < a.blocks; ++b) {
     load_super_scales<kF, 1>(sp + 2 * kLanes * half, 0, b, d_super, dmin_super);
+    unpack_super_scales<kF, 1>(sp, 0, b, k_scales);
     IVec u[8];
     if constexpr (kWide) {
       wide_steps<kF, 0>(wp, u[0], u[1], u[4], u[5]);
@@ -125,7 +127,7 @@ void half_tile(const PackedWeights& w, const QuantizedActivations& a, std::size_
     if constexpr (kF == WeightFormat::kQ6_K) {
       q6_k_scales(sp, half, b, dw, sc_lo, sc_hi);
     } else {
-      unit_scales<kF>(sp, static_cast<int>(half), b, d_super[0], dmin_super[0], dw, dmin);
+      unit_scales<kF>(sp, k_scales, static_cast<int>(half), b, d_super[0], dmin_super[0], dw, dmin);
     }
 #pragma GCC unroll 8
     for (int j = 0; j < T; ++j) {

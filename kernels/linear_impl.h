@@ -47,16 +47,31 @@ enum class WeightFormat { kQ8_0, kQ4_0, kQ4_K, kQ5_K, kQ6_K };
 // Q4_K (super-blocks of 256 inputs = 8 blocks): the blocks' nibbles are laid
 // out as Q4_0's (kQ4BlockBytes per block, the sub-block's q in GGUF Q4_0's
 // pairing), and the scales region holds, per super-block s, at
-// scales_offset + s * kQ4KSuperScaleBytes:
+// scales_offset + s * kQ4KSuperScaleBytes (the file's 16 bytes per row):
 //   d[16] fp16 at +0, dmin[16] fp16 at +kQ4KDminOffset,
-//   sc[8][16] u8 at +kQ4KScOffset, m[8][16] u8 at +kQ4KMinOffset
-// (row r of the group at index r; sub-block j's at [j][r]). Block b's row
-// scale is d * sc[b % 8] and its min dmin * m[b % 8], both exact in float.
+//   sc[8][16] at +kQ4KScOffset: sub-block j's 6-bit sc in bits 0-5 and its
+//     m's bits 4-5 in bits 6-7,
+//   m4[4][16] at +kQ4KMinOffset: the low 4 bits of m of sub-blocks k (bits
+//     0-3) and k + 4 (bits 4-7)
+// (row r of the group at index r; sub-block j's at [j][r]), so that a
+// super-block's 16 rows unpack with a mask, a shift and an or per vector
+// (k_scale and k_min read one). Block b's row scale is d * sc[b % 8] and its
+// min dmin * m[b % 8], both exact in float.
 inline constexpr std::size_t kBlocksPerSuper = 8;
-inline constexpr std::size_t kQ4KSuperScaleBytes = 320;
+inline constexpr std::size_t kQ4KSuperScaleBytes = 256;
 inline constexpr std::size_t kQ4KDminOffset = 32;
 inline constexpr std::size_t kQ4KScOffset = 64;
 inline constexpr std::size_t kQ4KMinOffset = 192;
+
+// Q4_K / Q5_K: sub-block j's 6-bit scale and min of row r in the
+// super-block's scales at sb (the layout above).
+inline int k_scale(const std::uint8_t* sb, std::size_t j, std::size_t r) {
+  return sb[kQ4KScOffset + kGroupRows * j + r] & 0x3f;
+}
+inline int k_min(const std::uint8_t* sb, std::size_t j, std::size_t r) {
+  const int low = sb[kQ4KMinOffset + kGroupRows * (j % 4) + r] >> (j < 4 ? 0 : 4) & 0x0f;
+  return (sb[kQ4KScOffset + kGroupRows * j + r] >> 6) << 4 | low;
+}
 
 // Q5_K: as Q4_K (scales, mins, kQ4KBias), its q 5 bits wide, in 5 steps of
 // 64 bytes, byte r * 4 + k of each for row r. With L_c = q[4c + k] and

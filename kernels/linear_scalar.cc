@@ -102,12 +102,12 @@ void matmul(const PackedWeights& w, const QuantizedActivations& a, std::size_t g
         const float xmin =
             in.per_token ? static_cast<float>(in.bias) : in.dx * static_cast<float>(in.bias);
         const std::uint8_t* sb = scales + (b / kBlocksPerSuper) * kQ4KSuperScaleBytes;
-        const std::size_t sub = kGroupRows * (b % kBlocksPerSuper);
+        const std::size_t sub = b % kBlocksPerSuper;
         for (std::size_t r = 0; r < kGroupRows; ++r) {
           if constexpr (kSuper) {
-            const float dw = f16_at(sb + 2 * r) * static_cast<float>(sb[kQ4KScOffset + sub + r]);
-            const float dmin = f16_at(sb + kQ4KDminOffset + 2 * r) *
-                               static_cast<float>(sb[kQ4KMinOffset + sub + r]);
+            const float dw = f16_at(sb + 2 * r) * static_cast<float>(k_scale(sb, sub, r));
+            const float dmin =
+                f16_at(sb + kQ4KDminOffset + 2 * r) * static_cast<float>(k_min(sb, sub, r));
             acc[r] = std::fma(dmin, xmin, in.add(acc[r], dot[r], dw));
           } else {
             acc[r] = in.add(acc[r], dot[r], f16_at(scales + b * kScaleBytes + 2 * r));

@@ -40,19 +40,47 @@ inline __attribute__((always_inline)) void super_scales(const std::uint8_t* grou
   dmin = load_f16_aligned(group_sp + kQ4KDminOffset + f16);
 }
 
+// Bytes of a row group's sub-block scales and mins unpacked by
+// unpack_k_scales, per super-block.
+inline constexpr std::size_t kUnpackedKScaleBytes = 2 * kBlocksPerSuper * kGroupRows;  // 256
+
+// A Q4_K / Q5_K super-block's 6-bit sub-block scales and mins of the row
+// group whose scales start at group_sp (kernels/linear_impl.h's layout), as
+// bytes at out (64-byte aligned): sc[8][16], then m[8][16], row r of
+// sub-block j at [j][r]. Once per super-block, so that each block's scales
+// are one load as when they were stored as bytes.
+inline __attribute__((always_inline)) void unpack_k_scales(const std::uint8_t* group_sp,
+                                                           std::uint8_t* out) {
+  const std::uint8_t* sc = group_sp + kQ4KScOffset;   // sc | (m >> 4) << 6
+  const std::uint8_t* m4 = group_sp + kQ4KMinOffset;  // m & 15 of j and j + 4
+#pragma GCC unroll 2
+  for (std::size_t i = 0; i < 64; i += sizeof(IVec)) {
+    const IVec first = load_aligned(sc + i), second = load_aligned(sc + 64 + i);
+    const IVec low = load_aligned(m4 + i);
+    store_aligned(out + i, and_bytes(first, 0x3f));
+    store_aligned(out + 64 + i, and_bytes(second, 0x3f));
+    store_aligned(out + 128 + i,
+                  or_bits(and_bytes(shift_right_16<2>(first), 0x30), low_nibbles(low)));
+    store_aligned(out + 192 + i,
+                  or_bits(and_bytes(shift_right_16<2>(second), 0x30), high_nibbles(low)));
+  }
+}
+
 // The scales of block b for unit u of the group whose scales start at
 // group_sp (the group's scales region, walked per block or super-block by
 // next_scales): dw, the rows' scale, and for Q4_K and Q5_K dmin, the rows'
 // min (d * sc and dmin * m of kernels/linear_impl.h: exact products, from the
-// super-block's d and dmin given by super_scales).
+// super-block's d and dmin given by super_scales, and its sc and m unpacked
+// at group_k by unpack_k_scales).
 template <WeightFormat kF>
-inline __attribute__((always_inline)) void unit_scales(const std::uint8_t* group_sp, int u,
+inline __attribute__((always_inline)) void unit_scales(const std::uint8_t* group_sp,
+                                                       const std::uint8_t* group_k, int u,
                                                        std::size_t b, Vec d, Vec dmin_super,
                                                        Vec& dw, Vec& dmin) {
   if constexpr (kF == WeightFormat::kQ4_K || kF == WeightFormat::kQ5_K) {
     const std::size_t sc = kGroupRows * (b % kBlocksPerSuper) + kLanes * u;
-    dw = mul(d, load_u8(group_sp + kQ4KScOffset + sc));
-    dmin = mul(dmin_super, load_u8(group_sp + kQ4KMinOffset + sc));
+    dw = mul(d, load_u8(group_k + sc));
+    dmin = mul(dmin_super, load_u8(group_k + kUnpackedKScaleBytes / 2 + sc));
   } else {
     dw = load_f16_aligned(group_sp + 2 * kLanes * u);
     dmin = zero();
@@ -71,6 +99,18 @@ inline __attribute__((always_inline)) void load_super_scales(const std::uint8_t*
     if (b % kBlocksPerSuper == 0)
 #pragma GCC unroll 8
       for (int h = 0; h < H; ++h) super_scales(sp + (h / kUnits) * gs, h % kUnits, d[h], dmin[h]);
+  }
+}
+// At the start of each super-block (Q4_K, Q5_K), the sc and m of G row
+// groups (scales at sp + i * gs) unpacked at k + i * kUnpackedKScaleBytes.
+template <WeightFormat kF, int G>
+inline __attribute__((always_inline)) void unpack_super_scales(const std::uint8_t* sp,
+                                                               std::size_t gs, std::size_t b,
+                                                               std::uint8_t* k) {
+  if constexpr (kF == WeightFormat::kQ4_K || kF == WeightFormat::kQ5_K) {
+    if (b % kBlocksPerSuper == 0)
+#pragma GCC unroll 4
+      for (int i = 0; i < G; ++i) unpack_k_scales(sp + i * gs, k + i * kUnpackedKScaleBytes);
   }
 }
 // Where block b + 1's scales start, given block b's.
@@ -223,6 +263,7 @@ void tile_blocks(const PackedWeights& w, const QuantizedActivations& a, std::siz
     for (int j = 0; j < T; ++j) facc[h][j] = zero();
   // Set at block 0 (a super-block's first); zeroed for the compiler's sake.
   [[maybe_unused]] Vec d_super[H], dmin_super[H];
+  alignas(64) std::uint8_t k_scales[kSuper ? G * kUnpackedKScaleBytes : 64];
 #pragma GCC unroll 8
   for (int h = 0; h < H; ++h) d_super[h] = dmin_super[h] = zero();
 
@@ -230,6 +271,7 @@ void tile_blocks(const PackedWeights& w, const QuantizedActivations& a, std::siz
   for (std::size_t b = 0; b < a.blocks; ++b) {
     prefetch_share(pf, b, pf_lines, kSpreadLines, kRestOfShare);
     load_super_scales<kF, H>(at.sp, gs, b, d_super, dmin_super);
+    unpack_super_scales<kF, G>(at.sp, gs, b, k_scales);
     IVec acc[H][T];
 #pragma GCC unroll 8
     for (int j = 0; j < T; ++j)
@@ -277,8 +319,8 @@ void tile_blocks(const PackedWeights& w, const QuantizedActivations& a, std::siz
 #pragma GCC unroll 8
     for (int h = 0; h < H; ++h) {
       Vec dw, dmin;
-      unit_scales<kF>(at.sp + (h / kUnits) * gs, h % kUnits, b, d_super[h], dmin_super[h], dw,
-                      dmin);
+      unit_scales<kF>(at.sp + (h / kUnits) * gs, k_scales + (h / kUnits) * kUnpackedKScaleBytes,
+                      h % kUnits, b, d_super[h], dmin_super[h], dw, dmin);
 #pragma GCC unroll 8
       for (int j = 0; j < T; ++j) {
         const Vec fdot = to_float(block_finish<kF>(acc[h][j], bp + j));
@@ -408,6 +450,7 @@ void tile_wide(const PackedWeights& w, const QuantizedActivations& a, std::size_
 #pragma GCC unroll 8
     for (int j = 0; j < T; ++j) facc[h][j] = zero();
   Vec d_super[H], dmin_super[H];  // set at block 0 (a super-block's first)
+  alignas(64) std::uint8_t k_scales[kSix ? 64 : G * kUnpackedKScaleBytes];
 #pragma GCC unroll 8
   for (int h = 0; h < H; ++h) d_super[h] = dmin_super[h] = zero();
 
@@ -415,6 +458,7 @@ void tile_wide(const PackedWeights& w, const QuantizedActivations& a, std::size_
   for (std::size_t b = 0; b < a.blocks; ++b) {
     prefetch_share(pf, b, pf_lines, kSpreadLines, kRestOfShare);
     load_super_scales<kF, H>(at.sp, gs, b, d_super, dmin_super);
+    unpack_super_scales<kF, G>(at.sp, gs, b, k_scales);
     if (prefetch_blocks) prefetch_decode_blocks<G, kBlockBytes, kWideDecodePrefetchBlocks>(wp, gs);
     IVec lo_acc[H][T], hi_acc[H][T];
     // Q6_K's halves start at their -32 offsets in the GEMM tiles, and get
@@ -486,8 +530,8 @@ void tile_wide(const PackedWeights& w, const QuantizedActivations& a, std::size_
 #pragma GCC unroll 8
       for (int h = 0; h < H; ++h) {
         Vec dw, dmin;
-        unit_scales<kF>(at.sp + (h / kUnits) * gs, h % kUnits, b, d_super[h], dmin_super[h], dw,
-                        dmin);
+        unit_scales<kF>(at.sp + (h / kUnits) * gs, k_scales + (h / kUnits) * kUnpackedKScaleBytes,
+                        h % kUnits, b, d_super[h], dmin_super[h], dw, dmin);
 #pragma GCC unroll 8
         for (int j = 0; j < T; ++j) {
           const Vec fdot = to_float(add_int(lo_acc[h][j], hi_acc[h][j]));

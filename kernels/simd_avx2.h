@@ -127,9 +127,12 @@ static inline Vec load_bf16(const std::uint16_t* p) {
 
 // Integer vectors, for the quantized kernels' bodies.
 using IVec = __m256i;
-// kLanes x 4 bytes from p, 32-byte aligned.
+// kLanes x 4 bytes at p (32-byte aligned), loaded or stored.
 static inline IVec load_aligned(const std::uint8_t* p) {
   return _mm256_load_si256(reinterpret_cast<const __m256i*>(p));
+}
+static inline void store_aligned(std::uint8_t* p, IVec v) {
+  _mm256_store_si256(reinterpret_cast<__m256i*>(p), v);
 }
 static inline Vec to_float(IVec v) { return _mm256_cvtepi32_ps(v); }
 static inline IVec to_nearest_int(Vec v) { return _mm256_cvtps_epi32(v); }

@@ -88,8 +88,9 @@ static inline Vec load_bf16(const std::uint16_t* p) {
 
 // Integer vectors, for the quantized kernels' bodies.
 using IVec = __m512i;
-// kLanes x 4 bytes from p, 64-byte aligned.
+// kLanes x 4 bytes at p (64-byte aligned), loaded or stored.
 static inline IVec load_aligned(const std::uint8_t* p) { return _mm512_load_si512(p); }
+static inline void store_aligned(std::uint8_t* p, IVec v) { _mm512_store_si512(p, v); }
 static inline Vec to_float(IVec v) { return _mm512_cvtepi32_ps(v); }
 static inline IVec to_nearest_int(Vec v) { return _mm512_cvtps_epi32(v); }
 static inline IVec set1_int(std::int32_t v) { return _mm512_set1_epi32(v); }

@@ -136,7 +136,7 @@ void BM_Model(benchmark::State& state, const Shape& shape, GgmlType type, bool m
   CachingAllocator& temp = thread_temp_allocator();
   const engine::ModelConfig& c = mod.config();
   // The roofline's bytes per decode token: the projections as the file stores
-  // them (issue #16's measure: Q4_K and Q5_K read 2-3% more, packed) + one
+  // them (issue #16's measure; the packed layouts read as many) + one
   // embedding row + the KV cache at the mean decode position (int8 rows:
   // head_dim + 8 bytes of scales).
   const double mean_ctx = static_cast<double>(kPromptTokens) + kDecodeTokens / 2.0;

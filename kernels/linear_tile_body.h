@@ -235,6 +235,26 @@ inline __attribute__((always_inline)) void prefetch_decode_blocks(const std::uin
   }
 }
 
+// Decode (one token) only, Q4_K and Q5_K: at a super-block's start, fetches
+// into L1 the next super-block's scales of the tile's G row groups (group
+// stride gs), a short stream of their own beside the blocks' that the
+// hardware prefetcher is late to (Q6_K, which reads its d every block, ran
+// no faster with it: docs/performance.md).
+template <WeightFormat kF, int G>
+inline __attribute__((always_inline)) void prefetch_next_super_scales(const std::uint8_t* sp,
+                                                                      std::size_t gs, std::size_t b,
+                                                                      std::size_t blocks) {
+  if constexpr (kF == WeightFormat::kQ4_K || kF == WeightFormat::kQ5_K) {
+    if (b % kBlocksPerSuper != 0 || b + kBlocksPerSuper >= blocks) return;
+#pragma GCC unroll 4
+    for (int i = 0; i < G; ++i)
+#pragma GCC unroll 4
+      for (std::size_t c = 0; c < kQ4KSuperScaleBytes / 64; ++c)
+        _mm_prefetch(reinterpret_cast<const char*>(sp + i * gs + kQ4KSuperScaleBytes + 64 * c),
+                     _MM_HINT_T0);
+  }
+}
+
 // Row groups [g, g + G) x tokens [j0, j0 + T) of token tile `tile`, whose
 // width is n. kWidth, when not 0, is n known at compile time (the decode
 // GEMV's 1, or a tile as wide as T), so its address arithmetic folds into
@@ -278,7 +298,10 @@ void tile_blocks(const PackedWeights& w, const QuantizedActivations& a, std::siz
 #pragma GCC unroll 8
       for (int h = 0; h < H; ++h) acc[h][j] = block_start<kF>(bp + j);
     if constexpr (kNibbles) {
-      if (prefetch_blocks) prefetch_decode_blocks<G, kBlockBytes, kQ4DecodePrefetchBlocks>(wp, gs);
+      if (prefetch_blocks) {
+        prefetch_decode_blocks<G, kBlockBytes, kQ4DecodePrefetchBlocks>(wp, gs);
+        prefetch_next_super_scales<kF, G>(at.sp, gs, b, a.blocks);
+      }
 #pragma GCC unroll 4
       for (int c = 0; c < 4; ++c) {
         prefetch_share(pf, b, pf_lines, 2 * c, 2 * c + 2);
@@ -459,7 +482,10 @@ void tile_wide(const PackedWeights& w, const QuantizedActivations& a, std::size_
     prefetch_share(pf, b, pf_lines, kSpreadLines, kRestOfShare);
     load_super_scales<kF, H>(at.sp, gs, b, d_super, dmin_super);
     unpack_super_scales<kF, G>(at.sp, gs, b, k_scales);
-    if (prefetch_blocks) prefetch_decode_blocks<G, kBlockBytes, kWideDecodePrefetchBlocks>(wp, gs);
+    if (prefetch_blocks) {
+      prefetch_decode_blocks<G, kBlockBytes, kWideDecodePrefetchBlocks>(wp, gs);
+      prefetch_next_super_scales<kF, G>(at.sp, gs, b, a.blocks);
+    }
     IVec lo_acc[H][T], hi_acc[H][T];
     // Q6_K's halves start at their -32 offsets in the GEMM tiles, and get
     // them at the end in the decode tile: each order measured faster where

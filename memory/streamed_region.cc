@@ -21,24 +21,32 @@ std::shared_ptr<StreamedRegion> StreamedRegion::reserve(std::size_t capacity) no
   void* mapping = ::mmap(nullptr, mapping_bytes, PROT_READ | PROT_WRITE,
                          MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
   if (mapping == MAP_FAILED) return nullptr;
+  auto* start = static_cast<std::uint8_t*>(mapping);
   auto* base = reinterpret_cast<std::uint8_t*>(
       round_up(reinterpret_cast<std::uintptr_t>(mapping), kHugePageBytes));
+  // The slack around the aligned range goes back at once (the tail is never
+  // empty: the head is under one huge page).
+  if (base > start) (void)::munmap(start, static_cast<std::size_t>(base - start));
+  (void)::munmap(base + capacity_rounded,
+                 mapping_bytes - capacity_rounded - static_cast<std::size_t>(base - start));
   (void)::madvise(base, capacity_rounded, MADV_HUGEPAGE);  // advice only: failure is harmless
-  return std::shared_ptr<StreamedRegion>(
-      new StreamedRegion(mapping, mapping_bytes, base, capacity));
+  return std::shared_ptr<StreamedRegion>(new StreamedRegion(base, capacity_rounded, capacity));
 }
 
-StreamedRegion::StreamedRegion(void* mapping, std::size_t mapping_bytes, std::uint8_t* base,
+StreamedRegion::StreamedRegion(std::uint8_t* base, std::size_t mapped,
                                std::size_t capacity) noexcept
-    : mapping_(mapping), mapping_bytes_(mapping_bytes), base_(base), capacity_(capacity) {}
+    : base_(base), mapped_(mapped), capacity_(capacity) {}
 
-StreamedRegion::~StreamedRegion() { ::munmap(mapping_, mapping_bytes_); }
+StreamedRegion::~StreamedRegion() {
+  if (mapped_ > 0) ::munmap(base_, mapped_);
+}
 
 std::uint8_t* StreamedRegion::take(std::size_t bytes) noexcept {
+  const std::size_t capacity = capacity_.load(std::memory_order_relaxed);
   std::size_t used = used_.load(std::memory_order_relaxed);
   for (;;) {
     const std::size_t start = round_up(used, kAlign);
-    if (start > capacity_ || bytes > capacity_ - start) return nullptr;
+    if (start > capacity || bytes > capacity - start) return nullptr;
     if (used_.compare_exchange_weak(used, start + bytes, std::memory_order_relaxed)) {
       return base_ + start;
     }
@@ -49,11 +57,16 @@ void StreamedRegion::release_unused() noexcept {
   const std::size_t from = round_up(used(), kSmallPageBytes);
   const std::size_t to = round_up(used(), kHugePageBytes);
   if (to > from) (void)::madvise(base_ + from, to - from, MADV_DONTNEED);
+  if (mapped_ > to) {
+    (void)::munmap(base_ + to, mapped_ - to);
+    mapped_ = to;
+  }
+  if (capacity() > to) capacity_.store(to, std::memory_order_relaxed);
 }
 
 bool StreamedRegion::contains(const void* p) const noexcept {
   const auto* q = static_cast<const std::uint8_t*>(p);
-  return q >= base_ && q < base_ + capacity_;
+  return q >= base_ && q < base_ + capacity();
 }
 
 }  // namespace hearth

@@ -8,7 +8,8 @@
 // every buffer but the last lies on huge pages, and none leaves a huge page
 // partly unused: the region is reserved as address space (nothing is
 // resident until written) and advised for huge pages over its whole length;
-// release_unused() then gives back the rest of the last huge page.
+// release_unused() then gives back the rest of the last huge page and
+// unmaps the reservation beyond it.
 // (Measurements: docs/performance.md, "Packed weights in one huge-page
 // region".)
 //
@@ -36,24 +37,24 @@ class StreamedRegion {
   // `bytes` bytes at the next 64-byte boundary, zero-filled (fresh pages),
   // or nullptr when fewer are left.
   std::uint8_t* take(std::size_t bytes) noexcept;
-  // Gives back the pages past used() (from the next 4 KiB boundary to the
-  // end of its huge page, the only one partly written): once the last piece
-  // is taken, the region holds no more than its pieces. A later take() gets
-  // fresh zero pages there.
+  // Gives back what lies past used(): the pages from the next 4 KiB boundary
+  // to the end of its huge page (the only one partly written), and the
+  // address space beyond that huge page (unmapped). Once the last piece is
+  // taken, the region holds and reserves no more than its pieces. A later
+  // take() gets fresh zero pages from the rest of that huge page, no more
+  // (capacity() shrinks to its end). Not while another thread calls take().
   void release_unused() noexcept;
   bool contains(const void* p) const noexcept;
-  std::size_t capacity() const noexcept { return capacity_; }
+  std::size_t capacity() const noexcept { return capacity_.load(std::memory_order_relaxed); }
   // Bytes handed out so far, with the alignment gaps between them.
   std::size_t used() const noexcept { return used_.load(std::memory_order_relaxed); }
 
  private:
-  StreamedRegion(void* mapping, std::size_t mapping_bytes, std::uint8_t* base,
-                 std::size_t capacity) noexcept;
+  StreamedRegion(std::uint8_t* base, std::size_t mapped, std::size_t capacity) noexcept;
 
-  void* const mapping_;
-  const std::size_t mapping_bytes_;
-  std::uint8_t* const base_;
-  const std::size_t capacity_;
+  std::uint8_t* const base_;  // 2 MiB-aligned start of the mapping
+  std::size_t mapped_;        // its length (whole huge pages); shrunk by release_unused()
+  std::atomic<std::size_t> capacity_;
   std::atomic<std::size_t> used_{0};
 };
 

@@ -145,5 +145,46 @@ TEST(StreamedRegion, ReleasingTheUnusedRestLeavesOnlyThePiecesResident) {
   for (int i = 0; i < 100; ++i) ASSERT_EQ(more[i], 0) << i;
 }
 
+// The process's address space in bytes (VmSize of /proc/self/status).
+std::size_t vm_size() {
+  std::ifstream status("/proc/self/status");
+  for (std::string line; std::getline(status, line);) {
+    unsigned long kb = 0;
+    if (std::sscanf(line.c_str(), "VmSize: %lu kB", &kb) == 1) return kb * 1024;
+  }
+  return 0;
+}
+
+// The reservation is exactly its whole huge pages, and after the last piece
+// it ends with the huge page that piece ends in: the address space beyond
+// is unmapped, so the process's mappings show what the pieces hold. (An
+// address counts as the region's while a mapping advised for huge pages
+// holds it: whatever the allocator may map into a freed hole is not.)
+TEST(StreamedRegion, ReleasingTheUnusedRestUnmapsTheReservationBeyond) {
+  if (!std::ifstream("/proc/self/smaps")) GTEST_SKIP() << "/proc/self/smaps is not readable here";
+  auto ours = [](const void* p) { return vm_flags_at(p).find(" hg") != std::string::npos; };
+  const std::size_t before = vm_size();
+  auto region = StreamedRegion::reserve((std::size_t{7} << 20) + 1);
+  const std::size_t reserved = vm_size() - before;
+  ASSERT_NE(region, nullptr);
+  // 8 MiB; the slack taken to align it (up to 2 MiB more) is not kept. (A
+  // megabyte of allowance for what reading /proc may allocate.)
+  EXPECT_GE(reserved, std::size_t{8} << 20);
+  EXPECT_LT(reserved, std::size_t{9} << 20);
+  std::uint8_t* p = region->take((std::size_t{3} << 20) + 1000);
+  ASSERT_NE(p, nullptr);
+  ASSERT_TRUE(ours(p + (std::size_t{6} << 20))) << "reserved until released";
+  region->release_unused();
+  EXPECT_EQ(region->capacity(), std::size_t{4} << 20);
+  EXPECT_TRUE(ours(p + (std::size_t{4} << 20) - 1));
+  EXPECT_FALSE(ours(p + (std::size_t{4} << 20)));
+  EXPECT_FALSE(ours(p + (std::size_t{6} << 20)));
+  EXPECT_EQ(region->take(std::size_t{1} << 20), nullptr) << "beyond the last huge page";
+  std::uint8_t* rest = region->take(4096);  // within it
+  ASSERT_NE(rest, nullptr);
+  EXPECT_TRUE(region->contains(rest + 4095));
+  rest[4095] = 1;
+}
+
 }  // namespace
 }  // namespace hearth

@@ -342,8 +342,11 @@ void tile_blocks(const PackedWeights& w, const QuantizedActivations& a, std::siz
 #pragma GCC unroll 8
     for (int h = 0; h < H; ++h) {
       Vec dw, dmin;
-      unit_scales<kF>(at.sp + (h / kUnits) * gs, k_scales + (h / kUnits) * kUnpackedKScaleBytes,
-                      h % kUnits, b, d_super[h], dmin_super[h], dw, dmin);
+      // (Q8_0 and Q4_0 read their scales in place: k_scales is a stub.)
+      const std::uint8_t* group_k = nullptr;
+      if constexpr (kSuper) group_k = k_scales + (h / kUnits) * kUnpackedKScaleBytes;
+      unit_scales<kF>(at.sp + (h / kUnits) * gs, group_k, h % kUnits, b, d_super[h], dmin_super[h],
+                      dw, dmin);
 #pragma GCC unroll 8
       for (int j = 0; j < T; ++j) {
         const Vec fdot = to_float(block_finish<kF>(acc[h][j], bp + j));

@@ -218,24 +218,16 @@ BENCHMARK_TEMPLATE(BM_DecodeGemv, Linear::Format::kQ4_0)
 
 // The same shape for the K-quants (the Q4_K_M / Q5_K_M / Q6_K files'
 // projections), 1 and 2 threads.
-BENCHMARK_TEMPLATE(BM_DecodeGemv, Linear::Format::kQ4_K)
-    ->ArgNames({"n_out", "n_in", "threads"})
-    ->Args({5632, 2048, 1})
-    ->Args({5632, 2048, 2})
-    ->Iterations(2048)
-    ->UseRealTime();
-BENCHMARK_TEMPLATE(BM_DecodeGemv, Linear::Format::kQ5_K)
-    ->ArgNames({"n_out", "n_in", "threads"})
-    ->Args({5632, 2048, 1})
-    ->Args({5632, 2048, 2})
-    ->Iterations(2048)
-    ->UseRealTime();
-BENCHMARK_TEMPLATE(BM_DecodeGemv, Linear::Format::kQ6_K)
-    ->ArgNames({"n_out", "n_in", "threads"})
-    ->Args({5632, 2048, 1})
-    ->Args({5632, 2048, 2})
-    ->Iterations(2048)
-    ->UseRealTime();
+void ffn_shape_one_and_two_threads(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"n_out", "n_in", "threads"})
+      ->Args({5632, 2048, 1})
+      ->Args({5632, 2048, 2})
+      ->Iterations(2048)
+      ->UseRealTime();
+}
+BENCHMARK_TEMPLATE(BM_DecodeGemv, Linear::Format::kQ4_K)->Apply(ffn_shape_one_and_two_threads);
+BENCHMARK_TEMPLATE(BM_DecodeGemv, Linear::Format::kQ5_K)->Apply(ffn_shape_one_and_two_threads);
+BENCHMARK_TEMPLATE(BM_DecodeGemv, Linear::Format::kQ6_K)->Apply(ffn_shape_one_and_two_threads);
 
 // Decode's instruction cost, without the memory: one thread, one token, the
 // same weights every call (256 x 2048: 0.15-0.5 MB, resident in L2), as

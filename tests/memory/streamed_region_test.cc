@@ -18,9 +18,9 @@ namespace {
 
 std::uintptr_t addr(const void* p) { return reinterpret_cast<std::uintptr_t>(p); }
 
-// The VmFlags line of the mapping that holds `p` in /proc/self/smaps, or ""
-// when no mapping holds it.
-std::string vm_flags_at(const void* p) {
+// The line starting with `key` (as "VmFlags:" or "Rss:") of the mapping
+// that holds `p` in /proc/self/smaps, or "" when no mapping holds it.
+std::string smaps_line_at(const void* p, const std::string& key) {
   std::ifstream smaps("/proc/self/smaps");
   bool in_range = false;
   for (std::string line; std::getline(smaps, line);) {
@@ -28,12 +28,14 @@ std::string vm_flags_at(const void* p) {
     // Mapping headers start "lo-hi perms ..."; field lines start "Key:".
     if (std::sscanf(line.c_str(), "%lx-%lx", &lo, &hi) == 2) {
       in_range = addr(p) >= lo && addr(p) < hi;
-    } else if (in_range && line.rfind("VmFlags:", 0) == 0) {
+    } else if (in_range && line.rfind(key, 0) == 0) {
       return line;
     }
   }
   return "";
 }
+
+std::string vm_flags_at(const void* p) { return smaps_line_at(p, "VmFlags:"); }
 
 TEST(StreamedRegion, HandsOutDisjointCacheLineAlignedPiecesFromAHugePageBoundary) {
   auto region = StreamedRegion::reserve(std::size_t{10} << 20);
@@ -113,17 +115,8 @@ TEST(StreamedRegion, IsAdvisedForHugePagesAndUnmappedWithItsLastOwner) {
 
 // The Rss (bytes) of the mapping that holds `p`, from /proc/self/smaps.
 std::size_t rss_at(const void* p) {
-  std::ifstream smaps("/proc/self/smaps");
-  bool in_range = false;
-  for (std::string line; std::getline(smaps, line);) {
-    unsigned long lo = 0, hi = 0, kb = 0;
-    if (std::sscanf(line.c_str(), "%lx-%lx", &lo, &hi) == 2) {
-      in_range = addr(p) >= lo && addr(p) < hi;
-    } else if (in_range && std::sscanf(line.c_str(), "Rss: %lu kB", &kb) == 1) {
-      return kb * 1024;
-    }
-  }
-  return 0;
+  unsigned long kb = 0;
+  return std::sscanf(smaps_line_at(p, "Rss:").c_str(), "Rss: %lu kB", &kb) == 1 ? kb * 1024 : 0;
 }
 
 // After the last piece, the huge page it ends in holds no more than the

@@ -160,12 +160,12 @@ QuantWeights make_weights(Format format, std::size_t n_out, std::size_t n_in, un
   return q;
 }
 
-absl::StatusOr<Linear> make_linear(const QuantWeights& q, Packing pool = {}) {
-  if (q.format == Format::kQ4_K) return Linear::from_q4_k(q.q4k.data(), q.n_out, q.n_in, pool);
-  if (q.format == Format::kQ5_K) return Linear::from_q5_k(q.q5k.data(), q.n_out, q.n_in, pool);
-  if (q.format == Format::kQ6_K) return Linear::from_q6_k(q.q6k.data(), q.n_out, q.n_in, pool);
-  return q.format == Format::kQ8_0 ? Linear::from_q8_0(q.q8.data(), q.n_out, q.n_in, pool)
-                                   : Linear::from_q4_0(q.q4.data(), q.n_out, q.n_in, pool);
+absl::StatusOr<Linear> make_linear(const QuantWeights& q, Packing packing = {}) {
+  if (q.format == Format::kQ4_K) return Linear::from_q4_k(q.q4k.data(), q.n_out, q.n_in, packing);
+  if (q.format == Format::kQ5_K) return Linear::from_q5_k(q.q5k.data(), q.n_out, q.n_in, packing);
+  if (q.format == Format::kQ6_K) return Linear::from_q6_k(q.q6k.data(), q.n_out, q.n_in, packing);
+  return q.format == Format::kQ8_0 ? Linear::from_q8_0(q.q8.data(), q.n_out, q.n_in, packing)
+                                   : Linear::from_q4_0(q.q4.data(), q.n_out, q.n_in, packing);
 }
 
 // Activations: normal values, a few large outliers, and an all-zero block in

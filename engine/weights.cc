@@ -99,7 +99,7 @@ absl::StatusOr<std::vector<float>> to_float(const GgufFile& f, const GgufTensorI
       return bad_tensor(f, t,
                         str_cat("type ", ggml_type_name(t.type),
                                 " is not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, "
-                                "Q6_K; Q4_1, Q5_0, Q5_1 and IQ4_NL as Q8_0)"));
+                                "Q6_K, IQ4_NL; Q4_1, Q5_0 and Q5_1 as Q8_0)"));
   }
   return out;
 }
@@ -111,11 +111,14 @@ std::vector<kernels::BlockQ8_0> to_q8_0(const std::vector<float>& x) {
 }
 
 // The older block types run as Q8_0 (kernels/gguf_legacy_blocks.h): Q5_0 and
-// IQ4_NL exactly, Q4_1 and Q5_1 decoded and re-quantized.
+// IQ4_NL exactly, Q4_1 and Q5_1 decoded and re-quantized. IQ4_NL
+// projections run natively (kernels/linear.h); its embedding tables, read
+// by the embedding lookup, become Q8_0.
 bool runs_as_q8_0(GgmlType t) {
   return t == GgmlType::kQ4_1 || t == GgmlType::kQ5_0 || t == GgmlType::kQ5_1 ||
          t == GgmlType::kIQ4_NL;
 }
+bool projection_as_q8_0(GgmlType t) { return t != GgmlType::kIQ4_NL && runs_as_q8_0(t); }
 
 // A tensor of a type that runs_as_q8_0, as Q8_0 blocks. Each Q8_0 block comes
 // from its own 32 weights alone, so ranges of blocks convert on the pool's
@@ -260,6 +263,10 @@ struct Loader {
           l = Linear::from_q4_0(reinterpret_cast<const kernels::BlockQ4_0*>(ti.data), n_out, n_in,
                                 packing());
           break;
+        case GgmlType::kIQ4_NL:
+          l = Linear::from_iq4_nl(reinterpret_cast<const kernels::BlockIQ4_NL*>(ti.data), n_out,
+                                  n_in, packing());
+          break;
         case GgmlType::kQ4_K:
         case GgmlType::kQ5_K:
         case GgmlType::kQ6_K: {
@@ -280,7 +287,7 @@ struct Loader {
         }
         default: {
           // to_float() refuses every type not handled here, naming it.
-          if (!runs_as_q8_0(ti.type)) return to_float(f, ti).status();
+          if (!projection_as_q8_0(ti.type)) return to_float(f, ti).status();
           const std::vector<kernels::BlockQ8_0> q = legacy_to_q8_0(ti, options.pool);
           l = Linear::from_q8_0(q.data(), n_out, n_in, packing());
           break;
@@ -289,7 +296,7 @@ struct Loader {
     }
     if (!l.ok()) return bad_tensor(f, ti, std::string(l.status().message()));
     std::string type = ggml_type_name(ti.type);
-    if (runs_as_q8_0(ti.type)) type += "->Q8_0";
+    if (projection_as_q8_0(ti.type)) type += "->Q8_0";
     if (converted) type += options.convert == LoadOptions::Convert::kQ8_0 ? "->Q8_0" : "->Q4_0";
     ++type_counts[type];
     packed_bytes += l->weight_bytes();

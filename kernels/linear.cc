@@ -87,11 +87,13 @@ bool is_half(Linear::Format f) { return f == Linear::Format::kF16 || f == Linear
 bool is_quantized(Linear::Format f) { return f != Linear::Format::kF32 && !is_half(f); }
 
 // C of the activations a quantized format reads (QuantizedActivations::bias
-// = -C * sum(q)): the unsigned bias of its stored weights (Q8_0, Q4_0), or 1
-// for the K-quants, whose kernels take the codes' sums themselves.
+// = -C * sum(q)): the unsigned bias of its stored weights (Q8_0, Q4_0;
+// IQ4_NL's looked-up bytes are Q8_0's), or 1 for the K-quants, whose kernels
+// take the codes' sums themselves.
 std::int32_t activation_bias(Linear::Format f) {
   switch (f) {
     case Linear::Format::kQ8_0:
+    case Linear::Format::kIQ4_NL:
       return internal::kQ8Bias;
     case Linear::Format::kQ4_0:
       return internal::kQ4Bias;
@@ -172,9 +174,10 @@ absl::StatusOr<Linear> Linear::allocate_packed(Format format, std::size_t n_out,
 template <typename PackGroup>
 void Linear::pack_groups(ThreadPool* pool, PackGroup&& pack_group) {
   // Padding rows and blocks: w = 0 (the stored bias value; K-quants: q = 0
-  // with scale and min 0), scale 0.
-  const std::uint8_t zero_w =
-      format_ == Format::kQ8_0 ? 0x80 : (format_ == Format::kQ4_0 ? 0x88 : 0x00);
+  // with scale and min 0; IQ4_NL, which has no 0, its 1 at index 8), scale 0.
+  const std::uint8_t zero_w = format_ == Format::kQ8_0                                 ? 0x80
+                              : format_ == Format::kQ4_0 || format_ == Format::kIQ4_NL ? 0x88
+                                                                                       : 0x00;
   auto fill = [&](std::size_t g0, std::size_t g1) {
     for (std::size_t g = g0; g < g1; ++g) {
       std::uint8_t* group = packed_.get() + g * group_stride_;
@@ -230,13 +233,32 @@ absl::StatusOr<Linear> Linear::from_q8_0(const BlockQ8_0* w, std::size_t n_out, 
                      });
 }
 
+namespace {
+// A Q4_0 or IQ4_NL block's GGUF bytes in Q4_0's places: bytes 4c..4c+3 of
+// its nibbles at step c.
+template <typename Block>
+void place_nibbles(const Block& src, std::uint8_t* dst) {
+  for (std::size_t c = 0; c < 4; ++c) std::memcpy(dst + c * 64, src.qs + 4 * c, 4);
+}
+
+// kIq4NlStored is kIq4NlValues + 128 (the kernels' copy, in linear_impl.h).
+constexpr bool iq4_nl_stored_matches() {
+  for (int i = 0; i < 16; ++i)
+    if (internal::kIq4NlStored[i] != kIq4NlValues[i] + 128) return false;
+  return true;
+}
+static_assert(iq4_nl_stored_matches());
+}  // namespace
+
 absl::StatusOr<Linear> Linear::from_q4_0(const BlockQ4_0* w, std::size_t n_out, std::size_t n_in,
                                          Packing packing) {
-  return pack_blocks(Format::kQ4_0, w, n_out, n_in, "from_q4_0", packing,
-                     [](const BlockQ4_0& src, std::uint8_t* dst) {
-                       for (std::size_t c = 0; c < 4; ++c)
-                         std::memcpy(dst + c * 64, src.qs + 4 * c, 4);
-                     });
+  return pack_blocks(Format::kQ4_0, w, n_out, n_in, "from_q4_0", packing, place_nibbles<BlockQ4_0>);
+}
+
+absl::StatusOr<Linear> Linear::from_iq4_nl(const BlockIQ4_NL* w, std::size_t n_out,
+                                           std::size_t n_in, Packing packing) {
+  return pack_blocks(Format::kIQ4_NL, w, n_out, n_in, "from_iq4_nl", packing,
+                     place_nibbles<BlockIQ4_NL>);
 }
 
 namespace {
@@ -561,7 +583,8 @@ internal::MatmulFn Linear::matmul_fn(bool per_token) const {
   if (format_ == Format::kQ4_0) return per_token ? k.q4_0_per_token : k.q4_0_per_group;
   if (format_ == Format::kQ4_K) return per_token ? k.q4_k_per_token : k.q4_k_per_group;
   if (format_ == Format::kQ5_K) return per_token ? k.q5_k_per_token : k.q5_k_per_group;
-  return per_token ? k.q6_k_per_token : k.q6_k_per_group;
+  if (format_ == Format::kQ6_K) return per_token ? k.q6_k_per_token : k.q6_k_per_group;
+  return per_token ? k.iq4_nl_per_token : k.iq4_nl_per_group;
 }
 
 internal::PackedWeights Linear::packed_weights() const {

@@ -1,7 +1,7 @@
-// Linear layers: y = x W^T, for weights in GGUF Q8_0, Q4_0, Q4_K, Q5_K or Q6_K blocks (integer
-// dot products on activations quantized to int8 on the fly), in F16 or BF16
-// (float products on float activations, the weights kept as halves) or in
-// F32 (through XNNPACK).
+// Linear layers: y = x W^T, for weights in GGUF Q8_0, Q4_0, Q4_K, Q5_K, Q6_K
+// or IQ4_NL blocks (integer dot products on activations quantized to int8 on
+// the fly), in F16 or BF16 (float products on float activations, the weights
+// kept as halves) or in F32 (through XNNPACK).
 //
 // Shapes: W has n_out rows of n_in weights (GGUF row-major, one row per output
 // feature); x is m tokens x n_in floats, row-major; y is m x n_out floats,
@@ -30,6 +30,8 @@
 // its two halves h, each with its exact dot_h = sum (q - 32) q_x, and takes
 // dot_b = dot_lo * sc_lo + dot_hi * sc_hi (exact in int32, |dot_b| < 2^24)
 // with d_w[b] = d, accumulated as above (one fma per block).
+// IQ4_NL (w = d * kIq4NlValues[q], kernels/gguf_legacy_blocks.h) is Q8_0
+// with its integers looked up: dot_b = sum kIq4NlValues[q] q_x, d_w[b] = d.
 // Every ISA path (scalar, AVX2, AVX-512, AVX-512 VNNI) computes exactly these
 // operations in exactly this order, and threads split outputs, never the sum,
 // so every path and every thread count give bit-identical results: a model's
@@ -69,14 +71,16 @@
 // depends on the activations only and is subtracted once per block and token.
 // Q4_0 keeps GGUF's nibble pairing: the low nibbles of a 64-byte chunk c are
 // inputs 4c..4c+3 of the block and the high nibbles inputs 16+4c..16+4c+3.
+// IQ4_NL keeps its file's nibbles in Q4_0's places (the kernels look each
+// up as kIq4NlValues[q] + 128 and go on as for Q8_0).
 // Q4_K's blocks are its sub-blocks' q (no bias: its mins are subtracted in
 // float) in Q4_0's pairing, and its scales region holds each super-block's
 // d and dmin (fp16) and 6-bit sub-block scales and mins per row.
 // Bytes read per weight, as in the GGUF file: 1.0625 (Q8_0), 0.5625 (Q4_0,
-// Q4_K: its 6-bit scales and mins in the file's 12 bytes, rearranged to
-// unpack a super-block's 16 rows at once), 0.688 (Q5_K, the same), 0.820
-// (Q6_K: four 6-bit q per three bytes, the fourth in their top bits), 2 (F16,
-// BF16).
+// IQ4_NL, Q4_K: its 6-bit scales and mins in the file's 12 bytes,
+// rearranged to unpack a super-block's 16 rows at once), 0.688 (Q5_K, the
+// same), 0.820 (Q6_K: four 6-bit q per three bytes, the fourth in their top
+// bits), 2 (F16, BF16).
 #pragma once
 
 #include <cstddef>
@@ -89,6 +93,7 @@
 #include "absl/status/statusor.h"
 #include "kernels/gguf_blocks.h"
 #include "kernels/gguf_kquants.h"
+#include "kernels/gguf_legacy_blocks.h"
 #include "kernels/thread_pool.h"
 #include "memory/memory_allocator.h"
 #include "memory/streamed_region.h"
@@ -121,7 +126,7 @@ struct Packing {
 
 class Linear {
  public:
-  enum class Format { kF32, kQ8_0, kQ4_0, kQ4_K, kQ5_K, kQ6_K, kF16, kBF16 };
+  enum class Format { kF32, kQ8_0, kQ4_0, kQ4_K, kQ5_K, kQ6_K, kF16, kBF16, kIQ4_NL };
   // How activations are quantized to int8 on the quantized path (ignored by
   // the float path): one scale per 32 inputs, or one per token.
   enum class ActivationQuant { kPerGroup32, kPerToken };
@@ -145,6 +150,8 @@ class Linear {
                                           Packing packing = {});
   static absl::StatusOr<Linear> from_q4_0(const BlockQ4_0* w, std::size_t n_out, std::size_t n_in,
                                           Packing packing = {});
+  static absl::StatusOr<Linear> from_iq4_nl(const BlockIQ4_NL* w, std::size_t n_out,
+                                            std::size_t n_in, Packing packing = {});
   // GGUF Q4_K / Q5_K / Q6_K super-blocks, row-major (n_in / 256 per row);
   // n_in must be a multiple of 256. Packed without loss: the same q, scales
   // and mins.

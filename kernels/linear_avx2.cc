@@ -43,7 +43,7 @@ inline IVec q4_products(IVec acc, IVec lo, IVec hi, IVec xlo, IVec xhi) {
 }
 template <WeightFormat kF>
 inline IVec block_finish(IVec acc, const std::int32_t* bias) {
-  if constexpr (kF == WeightFormat::kQ8_0) return acc;
+  if constexpr (kF == WeightFormat::kQ8_0 || kF == WeightFormat::kIQ4_NL) return acc;
   const IVec wide = _mm256_madd_epi16(acc, _mm256_set1_epi16(1));
   if constexpr (kF == WeightFormat::kQ4_0) return _mm256_add_epi32(_mm256_set1_epi32(*bias), wide);
   return wide;
@@ -243,7 +243,10 @@ void run(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0, 
   for (; g < g1; ++g)
     for (std::size_t p = p0; p < p1; ++p) {
       const std::size_t n = tokens(p);
-      if (kF != WeightFormat::kQ8_0 && n > kPairTileMaxTokens) {
+      // IQ4_NL's looked-up bytes are Q8_0's: half_tile multiplies nibbles.
+      if constexpr (kF == WeightFormat::kQ8_0 || kF == WeightFormat::kIQ4_NL) {
+        pair_tiles<kF, kPerToken>(w, a, g, p, n, y, ldy);
+      } else if (n > kPairTileMaxTokens) {
         half_tiles<kF, kPerToken>(w, a, g, p, n, y, ldy);
       } else {
         pair_tiles<kF, kPerToken>(w, a, g, p, n, y, ldy);
@@ -254,12 +257,10 @@ void run(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0, 
 }  // namespace
 
 using enum WeightFormat;
-const LinearKernels kLinearAvx2 = {kTileTokensAvx2,   quantize_activations_avx2,
-                                   run<kQ8_0, false>, run<kQ8_0, true>,
-                                   run<kQ4_0, false>, run<kQ4_0, true>,
-                                   run<kQ4_K, false>, run<kQ4_K, true>,
-                                   run<kQ5_K, false>, run<kQ5_K, true>,
-                                   run<kQ6_K, false>, run<kQ6_K, true>,
-                                   run_half<false>,   run_half<true>};
+const LinearKernels kLinearAvx2 = {
+    kTileTokensAvx2,     quantize_activations_avx2, run<kQ8_0, false>, run<kQ8_0, true>,
+    run<kQ4_0, false>,   run<kQ4_0, true>,          run<kQ4_K, false>, run<kQ4_K, true>,
+    run<kQ5_K, false>,   run<kQ5_K, true>,          run<kQ6_K, false>, run<kQ6_K, true>,
+    run<kIQ4_NL, false>, run<kIQ4_NL, true>,        run_half<false>,   run_half<true>};
 
 }  // namespace hearth::kernels::internal

@@ -36,7 +36,7 @@ inline IVec q4_products(IVec acc, IVec lo, IVec hi, IVec xlo, IVec xhi) {
 }
 template <WeightFormat kF>
 inline IVec block_finish(IVec acc, const std::int32_t* bias) {
-  if constexpr (kF == WeightFormat::kQ8_0) return acc;
+  if constexpr (kF == WeightFormat::kQ8_0 || kF == WeightFormat::kIQ4_NL) return acc;
   const IVec wide = _mm512_madd_epi16(acc, _mm512_set1_epi16(1));
   if constexpr (kF == WeightFormat::kQ4_0) return _mm512_add_epi32(_mm512_set1_epi32(*bias), wide);
   return wide;
@@ -82,12 +82,13 @@ void run(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0, 
 }  // namespace
 
 using enum WeightFormat;
-const LinearKernels kLinearAvx512 = {kTileTokensAvx512, quantize_activations_avx512,
-                                     run<kQ8_0, false>, run<kQ8_0, true>,
-                                     run<kQ4_0, false>, run<kQ4_0, true>,
-                                     run<kQ4_K, false>, run<kQ4_K, true>,
-                                     run<kQ5_K, false>, run<kQ5_K, true>,
-                                     run<kQ6_K, false>, run<kQ6_K, true>,
-                                     run_half<false>,   run_half<true>};
+const LinearKernels kLinearAvx512 = {kTileTokensAvx512,   quantize_activations_avx512,
+                                     run<kQ8_0, false>,   run<kQ8_0, true>,
+                                     run<kQ4_0, false>,   run<kQ4_0, true>,
+                                     run<kQ4_K, false>,   run<kQ4_K, true>,
+                                     run<kQ5_K, false>,   run<kQ5_K, true>,
+                                     run<kQ6_K, false>,   run<kQ6_K, true>,
+                                     run<kIQ4_NL, false>, run<kIQ4_NL, true>,
+                                     run_half<false>,     run_half<true>};
 
 }  // namespace hearth::kernels::internal

@@ -79,6 +79,7 @@ const LinearKernels kLinearAvx512Vnni = {kTileTokensAvx512Vnni, quantize_activat
                                          run<kQ4_K, false>,     run<kQ4_K, true>,
                                          run<kQ5_K, false>,     run<kQ5_K, true>,
                                          run<kQ6_K, false>,     run<kQ6_K, true>,
+                                         run<kIQ4_NL, false>,   run<kIQ4_NL, true>,
                                          run_half<false>,       run_half<true>};
 
 }  // namespace hearth::kernels::internal

@@ -42,7 +42,14 @@ inline constexpr std::int32_t kQ4KBias = 1;
 
 // The integer formats of the packed layout, as template arguments of the
 // per-ISA matmuls.
-enum class WeightFormat { kQ8_0, kQ4_0, kQ4_K, kQ5_K, kQ6_K };
+enum class WeightFormat { kQ8_0, kQ4_0, kQ4_K, kQ5_K, kQ6_K, kIQ4_NL };
+
+// IQ4_NL: its blocks are stored as Q4_0's (the GGUF nibbles, fp16 d), each
+// nibble an index into kIq4NlValues (kernels/gguf_legacy_blocks.h). The
+// kernels look each nibble up as the byte kIq4NlValues[nibble] + 128 and
+// from there on treat the block as Q8_0's (stored = w + 128, C = kQ8Bias).
+inline constexpr std::uint8_t kIq4NlStored[16] = {1,   24,  45,  63,  79,  93,  106, 118,
+                                                  129, 141, 153, 166, 181, 197, 217, 241};
 
 // Q4_K (super-blocks of 256 inputs = 8 blocks): the blocks' nibbles are laid
 // out as Q4_0's (kQ4BlockBytes per block, the sub-block's q in GGUF Q4_0's
@@ -135,6 +142,7 @@ inline int q6_k_code(const std::uint8_t* block, std::size_t r, std::size_t i) {
 //     Q8_0: byte s * 64 + r * 4 + j = w[row 16g + r][input 32b + 4s + j] + 128, s = 0..7
 //     Q4_0: byte c * 64 + r * 4 + j = the GGUF byte qs[4c + j] of row 16g + r, c = 0..3
 //           (low nibble: input 4c + j; high nibble: input 16 + 4c + j; each = w + 8)
+//     IQ4_NL: as Q4_0, each nibble an index into kIq4NlValues (above)
 //   block b's scales at + scales_offset + b * 32: 16 fp16, row r at 2r.
 // Rows >= n_out of the last group hold w = 0 and scale 0.
 struct PackedWeights {
@@ -244,6 +252,7 @@ struct LinearKernels {
   MatmulFn q4_k_per_group, q4_k_per_token;
   MatmulFn q5_k_per_group, q5_k_per_token;
   MatmulFn q6_k_per_group, q6_k_per_token;
+  MatmulFn iq4_nl_per_group, iq4_nl_per_token;
   HalfMatmulFn f16, bf16;
 };
 extern const LinearKernels kLinearScalar;

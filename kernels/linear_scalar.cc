@@ -67,13 +67,17 @@ void for_each_block(const PackedWeights& w, const QuantizedActivations& a, std::
   }
 }
 
-// Q8_0, Q4_0, Q4_K, Q5_K: one int32 dot product per block and row.
+// Q8_0, Q4_0, Q4_K, Q5_K, IQ4_NL: one int32 dot product per block and row.
 template <WeightFormat kF>
 void matmul(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0, std::size_t g1,
             std::size_t t0, std::size_t t1, float* y, std::size_t ldy) {
   constexpr bool kNibbles = kF != WeightFormat::kQ8_0;
   constexpr bool kFive = kF == WeightFormat::kQ5_K;
   constexpr bool kSuper = kF == WeightFormat::kQ4_K || kFive;
+  // IQ4_NL's nibbles are indices: its stored bytes are looked up (C = 128).
+  auto stored = [](int nibble) {
+    return kF == WeightFormat::kIQ4_NL ? static_cast<int>(kIq4NlStored[nibble]) : nibble;
+  };
   const std::size_t block_bytes = kFive ? kQ5BlockBytes : kNibbles ? kQ4BlockBytes : kQ8BlockBytes;
   for_each_block(
       w, a, g0, g1, t0, t1, y, ldy,
@@ -88,8 +92,9 @@ void matmul(const PackedWeights& w, const QuantizedActivations& a, std::size_t g
             for (std::size_t r = 0; r < kGroupRows; ++r)
               for (std::size_t j = 0; j < 4; ++j) {
                 const std::size_t i = 4 * c + j;
-                const int lo = kFive ? q5_k_code(wb, r, i) : wb[c * 64 + r * 4 + j] & 0x0f;
-                const int hi = kFive ? q5_k_code(wb, r, 16 + i) : wb[c * 64 + r * 4 + j] >> 4;
+                const int lo = kFive ? q5_k_code(wb, r, i) : stored(wb[c * 64 + r * 4 + j] & 0x0f);
+                const int hi =
+                    kFive ? q5_k_code(wb, r, 16 + i) : stored(wb[c * 64 + r * 4 + j] >> 4);
                 dot[r] += lo * in.x(4 * c + j) + hi * in.x(16 + 4 * c + j);
               }
         } else {
@@ -180,6 +185,7 @@ const LinearKernels kLinearScalar = {kTileTokensScalar,  quantize_activations_sc
                                      matmul<kQ4_K>,      matmul<kQ4_K>,
                                      matmul<kQ5_K>,      matmul<kQ5_K>,
                                      matmul_q6_k,        matmul_q6_k,
+                                     matmul<kIQ4_NL>,    matmul<kIQ4_NL>,
                                      matmul_half<false>, matmul_half<true>};
 
 }  // namespace hearth::kernels::internal

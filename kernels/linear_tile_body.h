@@ -19,6 +19,7 @@
 //   load_f16_aligned(p)               kLanes fp16 scales as floats
 //   to_float(IVec)               int32 lanes as floats
 //   low_nibbles(v), high_nibbles(v)
+//   table16(t), lookup16(table, nibbles)   a 16-byte table, bytes looked up in it
 //   block_start<kF>(bias)        an accumulator at the start of a block
 //   q4_products(acc, lo, hi, xlo, xhi)   acc + the products of 8 inputs
 //   block_finish<kF>(acc, bias)  the block's int32 dot products
@@ -268,6 +269,8 @@ void tile_blocks(const PackedWeights& w, const QuantizedActivations& a, std::siz
   constexpr int H = G * kUnits;
   constexpr bool kNibbles = kF != WeightFormat::kQ8_0;
   constexpr bool kSuper = kF == WeightFormat::kQ4_K;  // scales per super-block
+  // IQ4_NL: nibbles looked up as Q8_0's stored bytes (kIq4NlStored).
+  constexpr bool kLookup = kF == WeightFormat::kIQ4_NL;
   constexpr std::size_t kBlockBytes = kNibbles ? kQ4BlockBytes : kQ8BlockBytes;
   TileStreams<kPerToken> at(w, a, g, tile, j0, kWidth != 0 ? kWidth : width);
   const std::size_t n = at.n, gs = at.gs;
@@ -286,6 +289,8 @@ void tile_blocks(const PackedWeights& w, const QuantizedActivations& a, std::siz
   alignas(64) std::uint8_t k_scales[kSuper ? G * kUnpackedKScaleBytes : 64];
 #pragma GCC unroll 8
   for (int h = 0; h < H; ++h) d_super[h] = dmin_super[h] = zero();
+  [[maybe_unused]] IVec table;
+  if constexpr (kLookup) table = table16(kIq4NlStored);
 
   const bool prefetch_blocks = T == 1 && a.decode_prefetch;
   for (std::size_t b = 0; b < a.blocks; ++b) {
@@ -302,22 +307,43 @@ void tile_blocks(const PackedWeights& w, const QuantizedActivations& a, std::siz
         prefetch_decode_blocks<G, kBlockBytes, kQ4DecodePrefetchBlocks>(wp, gs);
         prefetch_next_super_scales<kF, G>(at.sp, gs, b, a.blocks);
       }
+      if constexpr (kLookup) {
+        // Each unit's two looked-up halves are Q8_0 units, used by every
+        // token before the next unit's (fewer registers than Q4_0's order).
 #pragma GCC unroll 4
-      for (int c = 0; c < 4; ++c) {
-        prefetch_share(pf, b, pf_lines, 2 * c, 2 * c + 2);
-        IVec lo[H], hi[H];
+        for (int c = 0; c < 4; ++c) {
+          prefetch_share(pf, b, pf_lines, 2 * c, 2 * c + 2);
 #pragma GCC unroll 8
-        for (int h = 0; h < H; ++h) {
-          const IVec raw = load_aligned(wp + unit_bytes(h) + 64 * c);
-          lo[h] = low_nibbles(raw);
-          hi[h] = high_nibbles(raw);
+          for (int h = 0; h < H; ++h) {
+            const IVec raw = load_aligned(wp + unit_bytes(h) + 64 * c);
+            const Q8Unit lo = q8_unit(lookup16(table, low_nibbles(raw)));
+            const Q8Unit hi = q8_unit(lookup16(table, high_nibbles(raw)));
+#pragma GCC unroll 8
+            for (int j = 0; j < T; ++j) {
+              const IVec xlo = broadcast4(xp + 4 * n * c + 4 * j);
+              const IVec xhi = broadcast4(xp + 4 * n * (c + 4) + 4 * j);
+              acc[h][j] = q8_products(q8_products(acc[h][j], lo, xlo), hi, xhi);
+            }
+          }
         }
+      } else {
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; ++c) {
+          prefetch_share(pf, b, pf_lines, 2 * c, 2 * c + 2);
+          IVec lo[H], hi[H];
 #pragma GCC unroll 8
-        for (int j = 0; j < T; ++j) {
-          const IVec xlo = broadcast4(xp + 4 * n * c + 4 * j);
-          const IVec xhi = broadcast4(xp + 4 * n * (c + 4) + 4 * j);
+          for (int h = 0; h < H; ++h) {
+            const IVec raw = load_aligned(wp + unit_bytes(h) + 64 * c);
+            lo[h] = low_nibbles(raw);
+            hi[h] = high_nibbles(raw);
+          }
 #pragma GCC unroll 8
-          for (int h = 0; h < H; ++h) acc[h][j] = q4_products(acc[h][j], lo[h], hi[h], xlo, xhi);
+          for (int j = 0; j < T; ++j) {
+            const IVec xlo = broadcast4(xp + 4 * n * c + 4 * j);
+            const IVec xhi = broadcast4(xp + 4 * n * (c + 4) + 4 * j);
+#pragma GCC unroll 8
+            for (int h = 0; h < H; ++h) acc[h][j] = q4_products(acc[h][j], lo[h], hi[h], xlo, xhi);
+          }
         }
       }
     } else {

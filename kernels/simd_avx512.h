@@ -107,6 +107,14 @@ static inline IVec shift_right_16(IVec v) {
 }
 static inline IVec low_nibbles(IVec v) { return _mm512_and_si512(v, _mm512_set1_epi8(0x0f)); }
 static inline IVec high_nibbles(IVec v) { return low_nibbles(_mm512_srli_epi16(v, 4)); }
+// A 16-byte table in every 128-bit lane, and each byte of `nibbles` (0..15)
+// looked up in it.
+static inline IVec table16(const std::uint8_t* t) {
+  return _mm512_broadcast_i32x4(_mm_loadu_si128(reinterpret_cast<const __m128i*>(t)));
+}
+static inline IVec lookup16(IVec table, IVec nibbles) {
+  return _mm512_shuffle_epi8(table, nibbles);
+}
 // kLanes fp16 (32-byte aligned) / u8 values as floats (exact conversions).
 static inline Vec load_f16_aligned(const std::uint8_t* p) {
   return _mm512_cvtph_ps(_mm256_load_si256(reinterpret_cast<const __m256i*>(p)));

@@ -18,6 +18,7 @@
 #include <benchmark/benchmark.h>
 
 #include <cstdio>
+#include <cstring>
 #include <functional>
 #include <map>
 #include <memory>
@@ -30,6 +31,7 @@
 #include "kernels/fp16.h"
 #include "kernels/gguf_blocks.h"
 #include "kernels/gguf_kquants.h"
+#include "kernels/gguf_legacy_blocks.h"
 #include "kernels/linear.h"
 #include "kernels/linear_impl.h"
 #include "memory/caching_allocator.h"
@@ -55,6 +57,8 @@ const char* format_name(Linear::Format f) {
       return "q5_k";
     case Linear::Format::kQ6_K:
       return "q6_k";
+    case Linear::Format::kIQ4_NL:
+      return "iq4_nl";
     case Linear::Format::kF16:
       return "f16";
     case Linear::Format::kBF16:
@@ -62,6 +66,16 @@ const char* format_name(Linear::Format f) {
     default:
       return "f32";
   }
+}
+
+// IQ4_NL blocks for timing: Q4_0's blocks of x read as IQ4_NL (the same
+// layout, a scale and 32 codes; hearth has no IQ4_NL encoder, and the
+// kernels' speed does not depend on which codes they meet).
+void q4_0_blocks_as_iq4_nl(const float* x, kernels::BlockIQ4_NL* y, std::size_t n) {
+  static_assert(sizeof(kernels::BlockQ4_0) == sizeof(kernels::BlockIQ4_NL));
+  std::vector<kernels::BlockQ4_0> q(n / 32);
+  kernels::quantize_row_q4_0(x, q.data(), n);
+  std::memcpy(static_cast<void*>(y), q.data(), q.size() * sizeof(kernels::BlockQ4_0));
 }
 
 // Packs w (n_out x n_in floats) as `format` each time it is called (as the
@@ -90,6 +104,8 @@ std::function<absl::StatusOr<Linear>(Packing)> linear_packer(Linear::Format form
       return packer(kernels::quantize_row_q5_k, 256, &Linear::from_q5_k);
     case Linear::Format::kQ6_K:
       return packer(kernels::quantize_row_q6_k, 256, &Linear::from_q6_k);
+    case Linear::Format::kIQ4_NL:
+      return packer(q4_0_blocks_as_iq4_nl, 32, &Linear::from_iq4_nl);
     case Linear::Format::kF16: {
       auto h = std::make_shared<std::vector<std::uint16_t>>(n);
       for (std::size_t i = 0; i < n; ++i) (*h)[i] = kernels::f32_to_fp16(w[i]);
@@ -228,6 +244,7 @@ void ffn_shape_one_and_two_threads(benchmark::internal::Benchmark* b) {
 BENCHMARK_TEMPLATE(BM_DecodeGemv, Linear::Format::kQ4_K)->Apply(ffn_shape_one_and_two_threads);
 BENCHMARK_TEMPLATE(BM_DecodeGemv, Linear::Format::kQ5_K)->Apply(ffn_shape_one_and_two_threads);
 BENCHMARK_TEMPLATE(BM_DecodeGemv, Linear::Format::kQ6_K)->Apply(ffn_shape_one_and_two_threads);
+BENCHMARK_TEMPLATE(BM_DecodeGemv, Linear::Format::kIQ4_NL)->Apply(ffn_shape_one_and_two_threads);
 
 // Decode's instruction cost, without the memory: one thread, one token, the
 // same weights every call (256 x 2048: 0.15-0.5 MB, resident in L2), as
@@ -253,6 +270,7 @@ BENCHMARK_TEMPLATE(BM_HotGemv, Linear::Format::kQ4_0)->Iterations(20000)->UseRea
 BENCHMARK_TEMPLATE(BM_HotGemv, Linear::Format::kQ4_K)->Iterations(20000)->UseRealTime();
 BENCHMARK_TEMPLATE(BM_HotGemv, Linear::Format::kQ5_K)->Iterations(20000)->UseRealTime();
 BENCHMARK_TEMPLATE(BM_HotGemv, Linear::Format::kQ6_K)->Iterations(20000)->UseRealTime();
+BENCHMARK_TEMPLATE(BM_HotGemv, Linear::Format::kIQ4_NL)->Iterations(20000)->UseRealTime();
 BENCHMARK_TEMPLATE(BM_HotGemv, Linear::Format::kF16)->Iterations(20000)->UseRealTime();
 
 // A batched decode step's GEMM: M rows (one per decoding sequence) against
@@ -413,7 +431,7 @@ BENCHMARK_TEMPLATE(BM_PrefillGemm, Linear::Format::kQ4_0)
     ->Iterations(32)
     ->UseRealTime()
     ->Unit(benchmark::kMillisecond);
-// The K-quants at a prompt's width and at a batched decode step's (8 rows).
+// The K-quants (and IQ4_NL) at a prompt's width and at a batched decode step's (8 rows).
 void k_quant_gemm_args(benchmark::internal::Benchmark* b) {
   b->ArgNames({"M", "n_out", "n_in", "threads", "aq"})
       ->Args({128, 4096, 4096, 2, 0})
@@ -425,6 +443,7 @@ void k_quant_gemm_args(benchmark::internal::Benchmark* b) {
 BENCHMARK_TEMPLATE(BM_PrefillGemm, Linear::Format::kQ4_K)->Apply(k_quant_gemm_args);
 BENCHMARK_TEMPLATE(BM_PrefillGemm, Linear::Format::kQ5_K)->Apply(k_quant_gemm_args);
 BENCHMARK_TEMPLATE(BM_PrefillGemm, Linear::Format::kQ6_K)->Apply(k_quant_gemm_args);
+BENCHMARK_TEMPLATE(BM_PrefillGemm, Linear::Format::kIQ4_NL)->Apply(k_quant_gemm_args);
 
 // The activation quantizer alone (one thread, inputs in L1/L2): M rows of
 // n_in floats into token tiles of `tile` tokens, per 32-input block, as a

@@ -833,7 +833,7 @@ TEST_F(ModelFiles, UnsupportedTensorTypeIsRefusedNamingTensorAndType) {
 }
 
 // ---------------------------------------------------------------------------
-// Q4_1, Q5_0, Q5_1, IQ4_NL: run as Q8_0
+// Q4_1, Q5_0, Q5_1: run as Q8_0; IQ4_NL: natively
 
 // Every 2-D tensor (projections, embedding, output) of a file rewritten in an
 // older type, from blocks with pseudo-random codes and scales near those of
@@ -841,6 +841,8 @@ TEST_F(ModelFiles, UnsupportedTensorTypeIsRefusedNamingTensorAndType) {
 // converted Q8_0 blocks written instead (Q5_0 and IQ4_NL convert without
 // loss; Q4_1 and Q5_1 are decoded and re-quantized), and Q4_1 and Q5_1's
 // logits stay within a few Q8_0 steps of the file's own values stored as F32.
+// IQ4_NL's projections run natively (in its file's size), and give those
+// same logits: its kernels are Q8_0's on the looked-up integers.
 TEST_F(ModelFiles, OlderBlockTypesRunAsQ8_0) {
   auto src = open_file(write("base.gguf", synth(small_spec("llama"))));
   ASSERT_NE(src, nullptr);
@@ -849,6 +851,7 @@ TEST_F(ModelFiles, OlderBlockTypesRunAsQ8_0) {
     std::size_t bytes;
     void (*decode)(const std::uint8_t*, float*, std::size_t);
     void (*to_q8_0)(const std::uint8_t*, kernels::BlockQ8_0*, std::size_t);  // exact ones
+    bool native = false;  // projections packed as the file's blocks
   };
   const Type types[] = {
       {GgmlType::kQ4_1, 20,
@@ -875,7 +878,8 @@ TEST_F(ModelFiles, OlderBlockTypesRunAsQ8_0) {
        [](const std::uint8_t* b, kernels::BlockQ8_0* q, std::size_t n) {
          kernels::convert_row_iq4_nl_to_q8_0(reinterpret_cast<const kernels::BlockIQ4_NL*>(b), q,
                                              n);
-       }},
+       },
+       true},
   };
   for (const Type& type : types) {
     SCOPED_TRACE(ggml_type_name(type.type));
@@ -921,8 +925,8 @@ TEST_F(ModelFiles, OlderBlockTypesRunAsQ8_0) {
     };
     auto m = load(write("older.gguf", as(0)));
     ASSERT_NE(m, nullptr);
-    EXPECT_NE(m->weights().type_summary().find(str_cat(ggml_type_name(type.type), "->Q8_0")),
-              std::string::npos)
+    const std::string label = str_cat(ggml_type_name(type.type), type.native ? " x" : "->Q8_0");
+    EXPECT_NE(m->weights().type_summary().find(label), std::string::npos)
         << m->weights().type_summary();
     EXPECT_EQ(m->weights().embedding_type(), kernels::DType::kQ8_0);
     // The roofline's bytes are the file's blocks, not the wider Q8_0 packed from them.
@@ -930,7 +934,11 @@ TEST_F(ModelFiles, OlderBlockTypesRunAsQ8_0) {
     for (const GgufTensorInfo& t : m->weights().file().tensors())
       if (t.n_dims == 2 && t.name != "token_embd.weight") projection_bytes += t.n_bytes;
     EXPECT_EQ(m->weights().projection_file_bytes(), projection_bytes);
-    EXPECT_GT(m->weights().packed_bytes(), projection_bytes);
+    if (type.native) {  // the file's bytes (this model's rows fill whole row groups)
+      EXPECT_EQ(m->weights().packed_bytes(), projection_bytes);
+    } else {
+      EXPECT_GT(m->weights().packed_bytes(), projection_bytes);
+    }
     expect_one_region(m->weights());
     const auto got = all_logits(*m, kTokens);
     // The loader's Q8_0 blocks are those of the whole tensor converted at

@@ -152,7 +152,7 @@ TEST(KQuantsFromLlamaCpp, LinearMatchesLlamaCppsWeights) {
   expect_linear_matches(q6, Linear::from_q6_k(q6.blocks.data(), q6.rows, q6.n_in));
 }
 
-// ---- The older types hearth runs as Q8_0 ------------------------------------
+// ---- The older types (Q4_1, Q5_0, Q5_1 run as Q8_0) --------------------------
 
 // d * (q - 16) and d * kvalue are one rounding, as in gguf-py: bit-equal.
 // d * q + m (Q4_1, Q5_1) is two roundings in hearth and in numpy alike (no
@@ -183,6 +183,15 @@ void expect_exact_q8_0(const char* file, Convert convert) {
   std::vector<float> y(ref.values.size());
   dequantize_row_q8_0(q.data(), y.data(), y.size());
   for (std::size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], ref.values[i]) << file << " " << i;
+}
+
+// IQ4_NL runs natively (Linear::from_iq4_nl) on llama.cpp's blocks: the
+// same checks as the K-quants' above (every path bit-equal; y within the
+// float rounding of a double-precision matmul of llama.cpp's values).
+TEST(LegacyBlocksFromLlamaCpp, Iq4NlLinearMatchesLlamaCppsWeights) {
+  const auto iq4 = read_reference<BlockIQ4_NL>("iq4_nl_llama_cpp.txt", 32);
+  ASSERT_GT(iq4.rows, 0u);
+  expect_linear_matches(iq4, Linear::from_iq4_nl(iq4.blocks.data(), iq4.rows, iq4.n_in));
 }
 
 TEST(LegacyBlocksFromLlamaCpp, Q5_0AndIq4NlConvertToQ8_0WithoutLoss) {

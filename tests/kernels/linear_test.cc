@@ -14,6 +14,7 @@
 #include "kernels/fp16.h"
 #include "kernels/gguf_blocks.h"
 #include "kernels/gguf_kquants.h"
+#include "kernels/gguf_legacy_blocks.h"
 #include "kernels/thread_pool.h"
 #include "memory/caching_allocator.h"
 #include "memory/streamed_region.h"
@@ -28,12 +29,13 @@ using AQ = Linear::ActivationQuant;
 
 const char* aq_name(AQ aq) { return aq == AQ::kPerGroup32 ? "per-group" : "per-token"; }
 const char* format_name(Format f) {
-  return f == Format::kQ8_0   ? "q8_0"
-         : f == Format::kQ4_0 ? "q4_0"
-         : f == Format::kQ4_K ? "q4_k"
-         : f == Format::kQ5_K ? "q5_k"
-         : f == Format::kQ6_K ? "q6_k"
-                              : "f32";
+  return f == Format::kQ8_0     ? "q8_0"
+         : f == Format::kQ4_0   ? "q4_0"
+         : f == Format::kQ4_K   ? "q4_k"
+         : f == Format::kQ5_K   ? "q5_k"
+         : f == Format::kQ6_K   ? "q6_k"
+         : f == Format::kIQ4_NL ? "iq4_nl"
+                                : "f32";
 }
 
 // ---------------------------------------------------------------------------
@@ -48,6 +50,7 @@ struct QuantWeights {
   std::vector<BlockQ4_K> q4k;
   std::vector<BlockQ5_K> q5k;
   std::vector<BlockQ6_K> q6k;
+  std::vector<BlockIQ4_NL> iq4;
   std::vector<float> dequant;  // n_out x n_in
 
   const BlockQ4_K& k_block(std::size_t row, std::size_t k) const {
@@ -79,14 +82,19 @@ struct QuantWeights {
     if (format == Format::kQ6_K) return testing::q6_k_q(q6_block(row, k), k % 256) - 32;
     if (format == Format::kQ4_K) return testing::q4_k_q(k_block(row, k), k % 256);
     if (format == Format::kQ5_K) return testing::q5_k_q(q5_block(row, k), k % 256);
-    const std::uint8_t byte = q4[row * blocks + b].qs[i % 16];
-    return (i < 16 ? (byte & 0x0f) : (byte >> 4)) - 8;
+    const bool iq4_nl = format == Format::kIQ4_NL;
+    const std::uint8_t byte =
+        iq4_nl ? iq4[row * blocks + b].qs[i % 16] : q4[row * blocks + b].qs[i % 16];
+    const int code = i < 16 ? (byte & 0x0f) : (byte >> 4);
+    return iq4_nl ? kIq4NlValues[code] : code - 8;
   }
   bool k_scaled() const { return format == Format::kQ4_K || format == Format::kQ5_K; }
   float d(std::size_t row, std::size_t b) const {  // Q4_K, Q5_K: d * sc
     if (k_scaled()) return k_d(row, b, false) * static_cast<float>(six_bits(row, b, false));
-    return fp16_to_f32(format == Format::kQ8_0 ? q8[row * (n_in / 32) + b].d
-                                               : q4[row * (n_in / 32) + b].d);
+    const std::size_t i = row * (n_in / 32) + b;
+    return fp16_to_f32(format == Format::kQ8_0     ? q8[i].d
+                       : format == Format::kIQ4_NL ? iq4[i].d
+                                                   : q4[i].d);
   }
   float min(std::size_t row, std::size_t b) const {  // Q4_K, Q5_K: dmin * m; others 0
     if (!k_scaled()) return 0.0f;
@@ -99,7 +107,7 @@ QuantWeights make_weights(Format format, std::size_t n_out, std::size_t n_in, un
   std::normal_distribution<float> dist(0.0f, 0.5f);
   std::vector<float> w(n_out * n_in);
   for (float& v : w) v = dist(rng);
-  QuantWeights q{format, n_out, n_in, {}, {}, {}, {}, {}, std::vector<float>(n_out * n_in)};
+  QuantWeights q{format, n_out, n_in, {}, {}, {}, {}, {}, {}, std::vector<float>(n_out * n_in)};
   const std::size_t blocks = n_in / 32;
   if (format == Format::kQ5_K) {
     const std::size_t supers = n_in / 256;
@@ -150,6 +158,17 @@ QuantWeights make_weights(Format format, std::size_t n_out, std::size_t n_in, un
     for (std::size_t i = 0; i < q.q8.size(); i += 3) q.q8[i].qs[i % 32] = -128;
     for (std::size_t r = 0; r < n_out; ++r)
       dequantize_row_q8_0(&q.q8[r * blocks], &q.dequant[r * n_in], n_in);
+  } else if (format == Format::kIQ4_NL) {
+    // Q4_0's scales (about amax / 8, where IQ4_NL's are about amax / 127:
+    // larger products) and uniformly random codes, all 16 levels.
+    std::vector<BlockQ4_0> q4(n_out * blocks);
+    for (std::size_t r = 0; r < n_out; ++r) quantize_row_q4_0(&w[r * n_in], &q4[r * blocks], n_in);
+    q.iq4.resize(n_out * blocks);
+    for (std::size_t i = 0; i < q.iq4.size(); ++i) {
+      q.iq4[i].d = q4[i].d;
+      for (std::uint8_t& c : q.iq4[i].qs) c = static_cast<std::uint8_t>(rng());
+    }
+    dequantize_row_iq4_nl(q.iq4.data(), q.dequant.data(), n_out * n_in);
   } else {
     q.q4.resize(n_out * blocks);
     for (std::size_t r = 0; r < n_out; ++r)
@@ -164,6 +183,8 @@ absl::StatusOr<Linear> make_linear(const QuantWeights& q, Packing packing = {}) 
   if (q.format == Format::kQ4_K) return Linear::from_q4_k(q.q4k.data(), q.n_out, q.n_in, packing);
   if (q.format == Format::kQ5_K) return Linear::from_q5_k(q.q5k.data(), q.n_out, q.n_in, packing);
   if (q.format == Format::kQ6_K) return Linear::from_q6_k(q.q6k.data(), q.n_out, q.n_in, packing);
+  if (q.format == Format::kIQ4_NL)
+    return Linear::from_iq4_nl(q.iq4.data(), q.n_out, q.n_in, packing);
   return q.format == Format::kQ8_0 ? Linear::from_q8_0(q.q8.data(), q.n_out, q.n_in, packing)
                                    : Linear::from_q4_0(q.q4.data(), q.n_out, q.n_in, packing);
 }
@@ -571,7 +592,7 @@ TEST(Linear, ForwardSameInputSharesTheKQuantsActivations) {
 INSTANTIATE_TEST_SUITE_P(Formats, LinearQuantized,
                          ::testing::Combine(::testing::Values(Format::kQ8_0, Format::kQ4_0,
                                                               Format::kQ4_K, Format::kQ5_K,
-                                                              Format::kQ6_K),
+                                                              Format::kQ6_K, Format::kIQ4_NL),
                                             ::testing::Values(AQ::kPerGroup32, AQ::kPerToken)),
                          [](const auto& info) {
                            return std::string(format_name(std::get<0>(info.param))) + "_" +
@@ -746,8 +767,8 @@ TEST(Linear, ScratchExhaustionIsAnErrorNotACrash) {
 // scratch allocator: no heap call, single- or multi-threaded.
 TEST(Linear, NoHeapAllocationInForwardAfterWarmUp) {
   ThreadPool pool(2);
-  for (Format format :
-       {Format::kQ8_0, Format::kQ4_0, Format::kQ4_K, Format::kQ5_K, Format::kQ6_K}) {
+  for (Format format : {Format::kQ8_0, Format::kQ4_0, Format::kQ4_K, Format::kQ5_K, Format::kQ6_K,
+                        Format::kIQ4_NL}) {
     const QuantWeights w = make_weights(format, 256, 512, 21);
     absl::StatusOr<Linear> l = make_linear(w);
     ASSERT_TRUE(l.ok());

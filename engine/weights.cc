@@ -110,15 +110,12 @@ std::vector<kernels::BlockQ8_0> to_q8_0(const std::vector<float>& x) {
   return q;
 }
 
-// The older block types run as Q8_0 (kernels/gguf_legacy_blocks.h): Q5_0 and
-// IQ4_NL exactly, Q4_1 and Q5_1 decoded and re-quantized. IQ4_NL
-// projections run natively (kernels/linear.h); its embedding tables, read
-// by the embedding lookup, become Q8_0.
+// The older block types run as Q8_0 (kernels/gguf_legacy_blocks.h): Q5_0
+// exactly, Q4_1 and Q5_1 decoded and re-quantized. (IQ4_NL, which converts
+// exactly too, runs natively: kernels/linear.h.)
 bool runs_as_q8_0(GgmlType t) {
-  return t == GgmlType::kQ4_1 || t == GgmlType::kQ5_0 || t == GgmlType::kQ5_1 ||
-         t == GgmlType::kIQ4_NL;
+  return t == GgmlType::kQ4_1 || t == GgmlType::kQ5_0 || t == GgmlType::kQ5_1;
 }
-bool projection_as_q8_0(GgmlType t) { return t != GgmlType::kIQ4_NL && runs_as_q8_0(t); }
 
 // A tensor of a type that runs_as_q8_0, as Q8_0 blocks. Each Q8_0 block comes
 // from its own 32 weights alone, so ranges of blocks convert on the pool's
@@ -136,10 +133,6 @@ std::vector<kernels::BlockQ8_0> legacy_to_q8_0(const GgufTensorInfo& t, kernels:
         case GgmlType::kQ5_0:
           kernels::convert_row_q5_0_to_q8_0(reinterpret_cast<const kernels::BlockQ5_0*>(t.data) + b,
                                             out, n);
-          break;
-        case GgmlType::kIQ4_NL:
-          kernels::convert_row_iq4_nl_to_q8_0(
-              reinterpret_cast<const kernels::BlockIQ4_NL*>(t.data) + b, out, n);
           break;
         case GgmlType::kQ4_1:
           kernels::dequantize_row_q4_1(reinterpret_cast<const kernels::BlockQ4_1*>(t.data) + b, x,
@@ -287,7 +280,7 @@ struct Loader {
         }
         default: {
           // to_float() refuses every type not handled here, naming it.
-          if (!projection_as_q8_0(ti.type)) return to_float(f, ti).status();
+          if (!runs_as_q8_0(ti.type)) return to_float(f, ti).status();
           const std::vector<kernels::BlockQ8_0> q = legacy_to_q8_0(ti, options.pool);
           l = Linear::from_q8_0(q.data(), n_out, n_in, packing());
           break;
@@ -296,7 +289,7 @@ struct Loader {
     }
     if (!l.ok()) return bad_tensor(f, ti, std::string(l.status().message()));
     std::string type = ggml_type_name(ti.type);
-    if (projection_as_q8_0(ti.type)) type += "->Q8_0";
+    if (runs_as_q8_0(ti.type)) type += "->Q8_0";
     if (converted) type += options.convert == LoadOptions::Convert::kQ8_0 ? "->Q8_0" : "->Q4_0";
     ++type_counts[type];
     packed_bytes += l->weight_bytes();
@@ -430,6 +423,9 @@ absl::StatusOr<std::shared_ptr<const ModelWeights>> ModelWeights::load(
       break;
     case GgmlType::kQ6_K:
       w->embedding_type_ = kernels::DType::kQ6_K;
+      break;
+    case GgmlType::kIQ4_NL:
+      w->embedding_type_ = kernels::DType::kIQ4_NL;
       break;
     default: {
       // Every other type to_float() reads has a case above; it refuses the

@@ -4,8 +4,8 @@
 // (engine/architecture.h). Projections become kernels::Linear objects in the layout their kernel
 // wants (packed at load). F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K and IQ4_NL run natively
 // (the K-quants and IQ4_NL without loss, in their file's size). Q4_1, Q5_0 and Q5_1 become Q8_0
-// (kernels/gguf_legacy_blocks.h), as does an IQ4_NL embedding table. Any other type is refused by
-// name. The embedding table is read in place from the mapped file when its type is native.
+// (kernels/gguf_legacy_blocks.h). Any other type is refused by name. The embedding table is read
+// in place from the mapped file when its type is native.
 //
 // Thread safety: immutable after load(); every method is const and safe from
 // any thread. Owned through std::shared_ptr by the Modules that use it.

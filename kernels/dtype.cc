@@ -20,6 +20,8 @@ const char* dtype_name(DType t) {
       return "Q5_K";
     case DType::kQ6_K:
       return "Q6_K";
+    case DType::kIQ4_NL:
+      return "IQ4_NL";
   }
   return "unknown";
 }

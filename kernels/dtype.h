@@ -15,6 +15,7 @@ enum class DType : int {
   kQ4_K,  // super-blocks of 256 (kernels/gguf_kquants.h)
   kQ5_K,
   kQ6_K,
+  kIQ4_NL,  // blocks of 32: fp16 scale + 16 bytes of indices (kernels/gguf_legacy_blocks.h)
 };
 
 const char* dtype_name(DType t);
@@ -31,6 +32,7 @@ constexpr std::size_t row_bytes(DType t, std::size_t n) {
     case DType::kQ8_0:
       return n / 32 * 34;
     case DType::kQ4_0:
+    case DType::kIQ4_NL:
       return n / 32 * 18;
     case DType::kQ4_K:
       return n / 256 * 144;

@@ -8,6 +8,7 @@
 #include "kernels/activation_ops_impl.h"
 #include "kernels/gguf_blocks.h"
 #include "kernels/gguf_kquants.h"
+#include "kernels/gguf_legacy_blocks.h"
 
 namespace hearth::kernels {
 
@@ -22,14 +23,16 @@ absl::Status embedding_lookup(const void* table, DType type, std::size_t vocab, 
                                                                     : "out",
                                                    " with n = ", n));
   if (type != DType::kF32 && type != DType::kF16 && type != DType::kBF16 && type != DType::kQ8_0 &&
-      type != DType::kQ4_0 && type != DType::kQ4_K && type != DType::kQ5_K && type != DType::kQ6_K)
+      type != DType::kQ4_0 && type != DType::kQ4_K && type != DType::kQ5_K &&
+      type != DType::kQ6_K && type != DType::kIQ4_NL)
     return absl::InvalidArgumentError(
         absl::StrCat("embedding_lookup: unknown table type ", static_cast<int>(type)));
   if (type != DType::kF32 && reinterpret_cast<std::uintptr_t>(table) % 2 != 0)
     return absl::InvalidArgumentError(
         absl::StrCat("embedding_lookup: ", dtype_name(type), " table at an odd address"));
   if (dim == 0) return absl::InvalidArgumentError("embedding_lookup: dim is 0");
-  if ((type == DType::kQ8_0 || type == DType::kQ4_0) && dim % kQuantGroup != 0)
+  if ((type == DType::kQ8_0 || type == DType::kQ4_0 || type == DType::kIQ4_NL) &&
+      dim % kQuantGroup != 0)
     return absl::InvalidArgumentError(absl::StrCat("embedding_lookup: dim = ", dim,
                                                    " is not a multiple of ", kQuantGroup, " for a ",
                                                    dtype_name(type), " table"));
@@ -75,6 +78,9 @@ absl::Status embedding_lookup(const void* table, DType type, std::size_t vocab, 
           break;
         case DType::kQ6_K:
           dequantize_row_q6_k(reinterpret_cast<const BlockQ6_K*>(row), y, dim);
+          break;
+        case DType::kIQ4_NL:
+          dequantize_row_iq4_nl(reinterpret_cast<const BlockIQ4_NL*>(row), y, dim);
           break;
       }
     }

@@ -1,7 +1,7 @@
 // The older GGUF block formats (common in files made before K-quants), which
-// hearth reads by converting them to Q8_0 at load (IQ4_NL's projections run
-// natively instead: kernels/linear.h): their layouts, scalar decoders, and
-// the exact conversions.
+// hearth reads by converting them to Q8_0 at load (IQ4_NL runs natively
+// instead: kernels/linear.h, kernels/embedding.h): their layouts, scalar
+// decoders, and the exact conversions.
 //
 //   Q4_1:   32 weights = fp16 d, fp16 m, 16 bytes of nibbles;   w = d * q + m
 //   Q5_0:   32 weights = fp16 d, 32 high bits, 16 bytes;        w = d * (q - 16)

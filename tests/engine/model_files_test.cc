@@ -841,8 +841,9 @@ TEST_F(ModelFiles, UnsupportedTensorTypeIsRefusedNamingTensorAndType) {
 // converted Q8_0 blocks written instead (Q5_0 and IQ4_NL convert without
 // loss; Q4_1 and Q5_1 are decoded and re-quantized), and Q4_1 and Q5_1's
 // logits stay within a few Q8_0 steps of the file's own values stored as F32.
-// IQ4_NL's projections run natively (in its file's size), and give those
-// same logits: its kernels are Q8_0's on the looked-up integers.
+// IQ4_NL runs natively (in its file's size: projections and the embedding
+// table read in place), and gives those same logits: its kernels are Q8_0's
+// on the looked-up integers.
 TEST_F(ModelFiles, OlderBlockTypesRunAsQ8_0) {
   auto src = open_file(write("base.gguf", synth(small_spec("llama"))));
   ASSERT_NE(src, nullptr);
@@ -928,7 +929,8 @@ TEST_F(ModelFiles, OlderBlockTypesRunAsQ8_0) {
     const std::string label = str_cat(ggml_type_name(type.type), type.native ? " x" : "->Q8_0");
     EXPECT_NE(m->weights().type_summary().find(label), std::string::npos)
         << m->weights().type_summary();
-    EXPECT_EQ(m->weights().embedding_type(), kernels::DType::kQ8_0);
+    EXPECT_EQ(m->weights().embedding_type(),
+              type.native ? kernels::DType::kIQ4_NL : kernels::DType::kQ8_0);
     // The roofline's bytes are the file's blocks, not the wider Q8_0 packed from them.
     std::size_t projection_bytes = 0;
     for (const GgufTensorInfo& t : m->weights().file().tensors())

@@ -16,6 +16,7 @@
 #include "kernels/dtype.h"
 #include "kernels/fp16.h"
 #include "kernels/gguf_blocks.h"
+#include "kernels/gguf_legacy_blocks.h"
 #include "kernels/thread_pool.h"
 #include "tests/support/heap_counter.h"
 #include "tests/support/k_quants_reference.h"
@@ -23,8 +24,8 @@
 namespace hearth::kernels {
 namespace {
 
-const DType kTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,
-                        DType::kQ4_0, DType::kQ4_K, DType::kQ5_K, DType::kQ6_K};
+const DType kTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,  DType::kQ4_0,
+                        DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_NL};
 
 // A [vocab][dim] table of `type` from random floats, built byte by byte.
 std::vector<std::uint8_t> make_table(DType type, std::size_t vocab, std::size_t dim,
@@ -59,6 +60,7 @@ std::vector<std::uint8_t> make_table(DType type, std::size_t vocab, std::size_t 
         quantize_row_q8_0(x, reinterpret_cast<BlockQ8_0*>(row), dim);
         break;
       case DType::kQ4_0:
+      case DType::kIQ4_NL:  // Q4_0's scales, its codes read as IQ4_NL's indices
         quantize_row_q4_0(x, reinterpret_cast<BlockQ4_0*>(row), dim);
         break;
       case DType::kQ4_K:
@@ -108,6 +110,13 @@ float naive_element(const std::vector<std::uint8_t>& t, DType type, std::size_t 
       const int q = j < 16 ? (block[2 + j] & 0x0f) : (block[2 + j - 16] >> 4);
       return fp16_to_f32(h) * static_cast<float>(q - 8);
     }
+    case DType::kIQ4_NL: {  // as Q4_0, each code an index into the 16 levels
+      const std::uint8_t* block = row + (i / 32) * 18;
+      std::memcpy(&h, block, 2);
+      const std::size_t j = i % 32;
+      const int q = j < 16 ? (block[2 + j] & 0x0f) : (block[2 + j - 16] >> 4);
+      return fp16_to_f32(h) * static_cast<float>(kIq4NlValues[q]);
+    }
     case DType::kQ4_K:
       return testing::q4_k_value(reinterpret_cast<const BlockQ4_K*>(row)[i / 256], i % 256);
     case DType::kQ5_K:
@@ -121,7 +130,7 @@ float naive_element(const std::vector<std::uint8_t>& t, DType type, std::size_t 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
 std::vector<std::size_t> dims_for(DType type) {
-  if (type == DType::kQ8_0 || type == DType::kQ4_0) return {32, 96, 4096};
+  if (type == DType::kQ8_0 || type == DType::kQ4_0 || type == DType::kIQ4_NL) return {32, 96, 4096};
   if (type == DType::kQ4_K || type == DType::kQ5_K || type == DType::kQ6_K) return {256, 768, 4096};
   return {1, 7, 33, 100, 4097};
 }
@@ -171,8 +180,11 @@ TEST(Embedding, InvalidArgumentsAreReported) {
   const auto table = make_table(DType::kQ8_0, 4, 64, 9);
   const std::int32_t ids[] = {1};
   std::vector<float> out(64);
-  EXPECT_EQ(embedding_lookup(table.data(), DType::kQ8_0, 4, 48, ids, 1, out.data()).code(),
-            absl::StatusCode::kInvalidArgument);  // 48 is not a multiple of 32
+  for (DType block32 : {DType::kQ8_0, DType::kQ4_0, DType::kIQ4_NL}) {  // 48: not a multiple of 32
+    const absl::Status s = embedding_lookup(table.data(), block32, 4, 48, ids, 1, out.data());
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_NE(s.message().find("multiple of 32"), std::string::npos) << s;
+  }
   EXPECT_EQ(embedding_lookup(table.data(), DType::kQ4_0, 4, 0, ids, 1, out.data()).code(),
             absl::StatusCode::kInvalidArgument);
   for (DType k_quant : {DType::kQ4_K, DType::kQ5_K, DType::kQ6_K}) {  // 64 is not a multiple of 256

@@ -79,16 +79,11 @@ void run(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0, 
                                                                                 t1, y, ldy);
 }
 
+#include "kernels/linear_kernels_simd_body.h"
+
 }  // namespace
 
-using enum WeightFormat;
-const LinearKernels kLinearAvx512 = {kTileTokensAvx512,   quantize_activations_avx512,
-                                     run<kQ8_0, false>,   run<kQ8_0, true>,
-                                     run<kQ4_0, false>,   run<kQ4_0, true>,
-                                     run<kQ4_K, false>,   run<kQ4_K, true>,
-                                     run<kQ5_K, false>,   run<kQ5_K, true>,
-                                     run<kQ6_K, false>,   run<kQ6_K, true>,
-                                     run<kIQ4_NL, false>, run<kIQ4_NL, true>,
-                                     run_half<false>,     run_half<true>};
+constinit const LinearKernels kLinearAvx512 =
+    simd_linear_kernels(kTileTokensAvx512, quantize_activations_avx512);
 
 }  // namespace hearth::kernels::internal

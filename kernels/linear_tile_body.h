@@ -114,6 +114,19 @@ inline __attribute__((always_inline)) void unpack_super_scales(const std::uint8_
       for (int i = 0; i < G; ++i) unpack_k_scales(sp + i * gs, k + i * kUnpackedKScaleBytes);
   }
 }
+// Q8_0's stored bytes (w + 128) of 4-input step s (0..7) of the unit whose
+// block starts at u: Q8_0's own, or IQ4_NL's looked up in `table`
+// (kIq4NlStored) from the low (s < 4) or high nibbles of step s % 4, Q4_0's
+// pairing.
+template <WeightFormat kF>
+inline __attribute__((always_inline)) IVec stored_step(const std::uint8_t* u, int s,
+                                                       [[maybe_unused]] IVec table) {
+  if constexpr (kF == WeightFormat::kIQ4_NL) {
+    const IVec raw = load_aligned(u + 64 * (s % 4));
+    return lookup16(table, s < 4 ? low_nibbles(raw) : high_nibbles(raw));
+  }
+  return load_aligned(u + 64 * s);
+}
 // Where block b + 1's scales start, given block b's.
 template <WeightFormat kF>
 inline const std::uint8_t* next_scales(const std::uint8_t* sp, std::size_t b) {
@@ -289,8 +302,7 @@ void tile_blocks(const PackedWeights& w, const QuantizedActivations& a, std::siz
   alignas(64) std::uint8_t k_scales[kSuper ? G * kUnpackedKScaleBytes : 64];
 #pragma GCC unroll 8
   for (int h = 0; h < H; ++h) d_super[h] = dmin_super[h] = zero();
-  [[maybe_unused]] IVec table;
-  if constexpr (kLookup) table = table16(kIq4NlStored);
+  const IVec table = kLookup ? table16(kIq4NlStored) : IVec{};
 
   const bool prefetch_blocks = T == 1 && a.decode_prefetch;
   for (std::size_t b = 0; b < a.blocks; ++b) {
@@ -307,52 +319,33 @@ void tile_blocks(const PackedWeights& w, const QuantizedActivations& a, std::siz
         prefetch_decode_blocks<G, kBlockBytes, kQ4DecodePrefetchBlocks>(wp, gs);
         prefetch_next_super_scales<kF, G>(at.sp, gs, b, a.blocks);
       }
-      if constexpr (kLookup) {
-        // Each unit's two looked-up halves are Q8_0 units, used by every
-        // token before the next unit's (fewer registers than Q4_0's order).
+    }
+    if constexpr (kNibbles && !kLookup) {
 #pragma GCC unroll 4
-        for (int c = 0; c < 4; ++c) {
-          prefetch_share(pf, b, pf_lines, 2 * c, 2 * c + 2);
+      for (int c = 0; c < 4; ++c) {
+        prefetch_share(pf, b, pf_lines, 2 * c, 2 * c + 2);
+        IVec lo[H], hi[H];
 #pragma GCC unroll 8
-          for (int h = 0; h < H; ++h) {
-            const IVec raw = load_aligned(wp + unit_bytes(h) + 64 * c);
-            const Q8Unit lo = q8_unit(lookup16(table, low_nibbles(raw)));
-            const Q8Unit hi = q8_unit(lookup16(table, high_nibbles(raw)));
-#pragma GCC unroll 8
-            for (int j = 0; j < T; ++j) {
-              const IVec xlo = broadcast4(xp + 4 * n * c + 4 * j);
-              const IVec xhi = broadcast4(xp + 4 * n * (c + 4) + 4 * j);
-              acc[h][j] = q8_products(q8_products(acc[h][j], lo, xlo), hi, xhi);
-            }
-          }
+        for (int h = 0; h < H; ++h) {
+          const IVec raw = load_aligned(wp + unit_bytes(h) + 64 * c);
+          lo[h] = low_nibbles(raw);
+          hi[h] = high_nibbles(raw);
         }
-      } else {
-#pragma GCC unroll 4
-        for (int c = 0; c < 4; ++c) {
-          prefetch_share(pf, b, pf_lines, 2 * c, 2 * c + 2);
-          IVec lo[H], hi[H];
 #pragma GCC unroll 8
-          for (int h = 0; h < H; ++h) {
-            const IVec raw = load_aligned(wp + unit_bytes(h) + 64 * c);
-            lo[h] = low_nibbles(raw);
-            hi[h] = high_nibbles(raw);
-          }
+        for (int j = 0; j < T; ++j) {
+          const IVec xlo = broadcast4(xp + 4 * n * c + 4 * j);
+          const IVec xhi = broadcast4(xp + 4 * n * (c + 4) + 4 * j);
 #pragma GCC unroll 8
-          for (int j = 0; j < T; ++j) {
-            const IVec xlo = broadcast4(xp + 4 * n * c + 4 * j);
-            const IVec xhi = broadcast4(xp + 4 * n * (c + 4) + 4 * j);
-#pragma GCC unroll 8
-            for (int h = 0; h < H; ++h) acc[h][j] = q4_products(acc[h][j], lo[h], hi[h], xlo, xhi);
-          }
+          for (int h = 0; h < H; ++h) acc[h][j] = q4_products(acc[h][j], lo[h], hi[h], xlo, xhi);
         }
       }
-    } else {
+    } else {  // Q8_0's stored bytes, IQ4_NL's looked up
 #pragma GCC unroll 8
       for (int s = 0; s < 8; ++s) {
         prefetch_share(pf, b, pf_lines, s, s + 1);
         Q8Unit wu[H];
 #pragma GCC unroll 8
-        for (int h = 0; h < H; ++h) wu[h] = q8_unit(load_aligned(wp + unit_bytes(h) + 64 * s));
+        for (int h = 0; h < H; ++h) wu[h] = q8_unit(stored_step<kF>(wp + unit_bytes(h), s, table));
 #pragma GCC unroll 8
         for (int j = 0; j < T; ++j) {
           const IVec xv = broadcast4(xp + 4 * n * s + 4 * j);

@@ -98,8 +98,8 @@ absl::StatusOr<std::vector<float>> to_float(const GgufFile& f, const GgufTensorI
     default:
       return bad_tensor(f, t,
                         str_cat("type ", ggml_type_name(t.type),
-                                " is not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, "
-                                "Q6_K, IQ4_NL; Q4_1, Q5_0 and Q5_1 as Q8_0)"));
+                                " is not supported (F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, "
+                                "Q5_1, IQ4_NL, Q4_K, Q5_K, Q6_K)"));
   }
   return out;
 }
@@ -107,51 +107,6 @@ absl::StatusOr<std::vector<float>> to_float(const GgufFile& f, const GgufTensorI
 std::vector<kernels::BlockQ8_0> to_q8_0(const std::vector<float>& x) {
   std::vector<kernels::BlockQ8_0> q(x.size() / 32);
   kernels::quantize_row_q8_0(x.data(), q.data(), x.size());
-  return q;
-}
-
-// The older block types run as Q8_0 (kernels/gguf_legacy_blocks.h): Q5_0
-// exactly, Q4_1 and Q5_1 decoded and re-quantized. (IQ4_NL, which converts
-// exactly too, runs natively: kernels/linear.h.)
-bool runs_as_q8_0(GgmlType t) {
-  return t == GgmlType::kQ4_1 || t == GgmlType::kQ5_0 || t == GgmlType::kQ5_1;
-}
-
-// A tensor of a type that runs_as_q8_0, as Q8_0 blocks. Each Q8_0 block comes
-// from its own 32 weights alone, so ranges of blocks convert on the pool's
-// threads, and Q4_1 / Q5_1 are decoded into a small buffer per step instead
-// of a float copy of the tensor.
-std::vector<kernels::BlockQ8_0> legacy_to_q8_0(const GgufTensorInfo& t, kernels::ThreadPool* pool) {
-  std::vector<kernels::BlockQ8_0> q(t.n_elements / 32);
-  auto convert = [&](std::size_t b0, std::size_t b1) {
-    constexpr std::size_t kStep = 64;  // blocks decoded into `x` at a time
-    float x[kStep * 32];
-    for (std::size_t b = b0; b < b1; b += kStep) {
-      const std::size_t n = 32 * std::min(kStep, b1 - b);
-      kernels::BlockQ8_0* out = q.data() + b;
-      switch (t.type) {
-        case GgmlType::kQ5_0:
-          kernels::convert_row_q5_0_to_q8_0(reinterpret_cast<const kernels::BlockQ5_0*>(t.data) + b,
-                                            out, n);
-          break;
-        case GgmlType::kQ4_1:
-          kernels::dequantize_row_q4_1(reinterpret_cast<const kernels::BlockQ4_1*>(t.data) + b, x,
-                                       n);
-          kernels::quantize_row_q8_0(x, out, n);
-          break;
-        default:  // kQ5_1 (runs_as_q8_0)
-          kernels::dequantize_row_q5_1(reinterpret_cast<const kernels::BlockQ5_1*>(t.data) + b, x,
-                                       n);
-          kernels::quantize_row_q8_0(x, out, n);
-          break;
-      }
-    }
-  };
-  if (pool != nullptr) {
-    pool->parallel_for(q.size(), 256, convert);
-  } else {
-    convert(0, q.size());
-  }
   return q;
 }
 
@@ -260,6 +215,18 @@ struct Loader {
           l = Linear::from_iq4_nl(reinterpret_cast<const kernels::BlockIQ4_NL*>(ti.data), n_out,
                                   n_in, packing());
           break;
+        case GgmlType::kQ4_1:
+          l = Linear::from_q4_1(reinterpret_cast<const kernels::BlockQ4_1*>(ti.data), n_out, n_in,
+                                packing());
+          break;
+        case GgmlType::kQ5_0:
+          l = Linear::from_q5_0(reinterpret_cast<const kernels::BlockQ5_0*>(ti.data), n_out, n_in,
+                                packing());
+          break;
+        case GgmlType::kQ5_1:
+          l = Linear::from_q5_1(reinterpret_cast<const kernels::BlockQ5_1*>(ti.data), n_out, n_in,
+                                packing());
+          break;
         case GgmlType::kQ4_K:
         case GgmlType::kQ5_K:
         case GgmlType::kQ6_K: {
@@ -278,18 +245,12 @@ struct Loader {
           }
           break;
         }
-        default: {
-          // to_float() refuses every type not handled here, naming it.
-          if (!runs_as_q8_0(ti.type)) return to_float(f, ti).status();
-          const std::vector<kernels::BlockQ8_0> q = legacy_to_q8_0(ti, options.pool);
-          l = Linear::from_q8_0(q.data(), n_out, n_in, packing());
-          break;
-        }
+        default:  // to_float() refuses every type not handled here, naming it
+          return to_float(f, ti).status();
       }
     }
     if (!l.ok()) return bad_tensor(f, ti, std::string(l.status().message()));
     std::string type = ggml_type_name(ti.type);
-    if (runs_as_q8_0(ti.type)) type += "->Q8_0";
     if (converted) type += options.convert == LoadOptions::Convert::kQ8_0 ? "->Q8_0" : "->Q4_0";
     ++type_counts[type];
     packed_bytes += l->weight_bytes();
@@ -427,19 +388,21 @@ absl::StatusOr<std::shared_ptr<const ModelWeights>> ModelWeights::load(
     case GgmlType::kIQ4_NL:
       w->embedding_type_ = kernels::DType::kIQ4_NL;
       break;
-    default: {
+    case GgmlType::kQ4_1:
+      w->embedding_type_ = kernels::DType::kQ4_1;
+      break;
+    case GgmlType::kQ5_0:
+      w->embedding_type_ = kernels::DType::kQ5_0;
+      break;
+    case GgmlType::kQ5_1:
+      w->embedding_type_ = kernels::DType::kQ5_1;
+      break;
+    default:
       // Every other type to_float() reads has a case above; it refuses the
       // rest, naming the type.
-      if (!runs_as_q8_0(et.type)) return to_float(f, et).status();
-      const std::vector<kernels::BlockQ8_0> q = legacy_to_q8_0(et, options.pool);
-      w->embedding_converted_.resize(q.size() * sizeof(kernels::BlockQ8_0));
-      std::memcpy(w->embedding_converted_.data(), q.data(), w->embedding_converted_.size());
-      w->embedding_type_ = kernels::DType::kQ8_0;
-    }
+      return to_float(f, et).status();
   }
-  w->embedding_ = w->embedding_converted_.empty()
-                      ? static_cast<const void*>(et.data)
-                      : static_cast<const void*>(w->embedding_converted_.data());
+  w->embedding_ = et.data;
 
   // The output projection, or the embedding table reused (tied weights). Tied
   // tables keep their pages: the embedding lookup still reads them in place.

@@ -2,10 +2,9 @@
 //
 // The tensors loaded are those the architecture's entry names
 // (engine/architecture.h). Projections become kernels::Linear objects in the layout their kernel
-// wants (packed at load). F32, F16, BF16, Q8_0, Q4_0, Q4_K, Q5_K, Q6_K and IQ4_NL run natively
-// (the K-quants and IQ4_NL without loss, in their file's size). Q4_1, Q5_0 and Q5_1 become Q8_0
-// (kernels/gguf_legacy_blocks.h). Any other type is refused by name. The embedding table is read
-// in place from the mapped file when its type is native.
+// wants (packed at load). F32, F16, BF16, Q8_0, Q4_0, Q4_1, Q5_0, Q5_1, IQ4_NL, Q4_K, Q5_K and
+// Q6_K run natively, without loss, in their file's size. Any other type is refused by name. The
+// embedding table is read in place from the mapped file.
 //
 // Thread safety: immutable after load(); every method is const and safe from
 // any thread. Owned through std::shared_ptr by the Modules that use it.
@@ -98,7 +97,6 @@ class ModelWeights {
   std::optional<kernels::Linear> output_;  // set by load()
   const void* embedding_ = nullptr;
   kernels::DType embedding_type_ = kernels::DType::kF32;
-  std::vector<std::uint8_t> embedding_converted_;  // when the file's type is not native
   std::vector<float> rope_freqs_, rope_short_, rope_long_;
   std::shared_ptr<const StreamedRegion> packed_region_;  // the Linears share it too
   std::size_t packed_bytes_ = 0;

@@ -22,6 +22,12 @@ const char* dtype_name(DType t) {
       return "Q6_K";
     case DType::kIQ4_NL:
       return "IQ4_NL";
+    case DType::kQ4_1:
+      return "Q4_1";
+    case DType::kQ5_0:
+      return "Q5_0";
+    case DType::kQ5_1:
+      return "Q5_1";
   }
   return "unknown";
 }

@@ -16,6 +16,9 @@ enum class DType : int {
   kQ5_K,
   kQ6_K,
   kIQ4_NL,  // blocks of 32: fp16 scale + 16 bytes of indices (kernels/gguf_legacy_blocks.h)
+  kQ4_1,    // blocks of 32 (kernels/gguf_legacy_blocks.h)
+  kQ5_0,
+  kQ5_1,
 };
 
 const char* dtype_name(DType t);
@@ -34,6 +37,12 @@ constexpr std::size_t row_bytes(DType t, std::size_t n) {
     case DType::kQ4_0:
     case DType::kIQ4_NL:
       return n / 32 * 18;
+    case DType::kQ4_1:
+      return n / 32 * 20;
+    case DType::kQ5_0:
+      return n / 32 * 22;
+    case DType::kQ5_1:
+      return n / 32 * 24;
     case DType::kQ4_K:
       return n / 256 * 144;
     case DType::kQ5_K:

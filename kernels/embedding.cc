@@ -22,22 +22,23 @@ absl::Status embedding_lookup(const void* table, DType type, std::size_t vocab, 
                                                    : ids == nullptr ? "ids"
                                                                     : "out",
                                                    " with n = ", n));
-  if (type != DType::kF32 && type != DType::kF16 && type != DType::kBF16 && type != DType::kQ8_0 &&
-      type != DType::kQ4_0 && type != DType::kQ4_K && type != DType::kQ5_K &&
-      type != DType::kQ6_K && type != DType::kIQ4_NL)
+  const bool blocks_of_32 = type == DType::kQ8_0 || type == DType::kQ4_0 ||
+                            type == DType::kIQ4_NL || type == DType::kQ4_1 ||
+                            type == DType::kQ5_0 || type == DType::kQ5_1;
+  const bool k_quant = type == DType::kQ4_K || type == DType::kQ5_K || type == DType::kQ6_K;
+  if (type != DType::kF32 && type != DType::kF16 && type != DType::kBF16 && !blocks_of_32 &&
+      !k_quant)
     return absl::InvalidArgumentError(
         absl::StrCat("embedding_lookup: unknown table type ", static_cast<int>(type)));
   if (type != DType::kF32 && reinterpret_cast<std::uintptr_t>(table) % 2 != 0)
     return absl::InvalidArgumentError(
         absl::StrCat("embedding_lookup: ", dtype_name(type), " table at an odd address"));
   if (dim == 0) return absl::InvalidArgumentError("embedding_lookup: dim is 0");
-  if ((type == DType::kQ8_0 || type == DType::kQ4_0 || type == DType::kIQ4_NL) &&
-      dim % kQuantGroup != 0)
+  if (blocks_of_32 && dim % kQuantGroup != 0)
     return absl::InvalidArgumentError(absl::StrCat("embedding_lookup: dim = ", dim,
                                                    " is not a multiple of ", kQuantGroup, " for a ",
                                                    dtype_name(type), " table"));
-  if ((type == DType::kQ4_K || type == DType::kQ5_K || type == DType::kQ6_K) &&
-      dim % kSuperBlock != 0)
+  if (k_quant && dim % kSuperBlock != 0)
     return absl::InvalidArgumentError(absl::StrCat("embedding_lookup: dim = ", dim,
                                                    " is not a multiple of ", kSuperBlock, " for a ",
                                                    dtype_name(type), " table"));
@@ -81,6 +82,15 @@ absl::Status embedding_lookup(const void* table, DType type, std::size_t vocab, 
           break;
         case DType::kIQ4_NL:
           dequantize_row_iq4_nl(reinterpret_cast<const BlockIQ4_NL*>(row), y, dim);
+          break;
+        case DType::kQ4_1:
+          dequantize_row_q4_1(reinterpret_cast<const BlockQ4_1*>(row), y, dim);
+          break;
+        case DType::kQ5_0:
+          dequantize_row_q5_0(reinterpret_cast<const BlockQ5_0*>(row), y, dim);
+          break;
+        case DType::kQ5_1:
+          dequantize_row_q5_1(reinterpret_cast<const BlockQ5_1*>(row), y, dim);
           break;
       }
     }

@@ -1,7 +1,8 @@
-// The older GGUF block formats (common in files made before K-quants), which
-// hearth reads by converting them to Q8_0 at load (IQ4_NL runs natively
-// instead: kernels/linear.h, kernels/embedding.h): their layouts, scalar
-// decoders, and the exact conversions.
+// The older GGUF block formats (common in files made before K-quants, and
+// llama.cpp's fallback where a K-quant's 256 does not divide a row), which
+// hearth runs natively (kernels/linear.h, kernels/embedding.h): their
+// layouts, scalar decoders, and the exact conversions to Q8_0 of the two
+// that have one (the tests' twin files).
 //
 //   Q4_1:   32 weights = fp16 d, fp16 m, 16 bytes of nibbles;   w = d * q + m
 //   Q5_0:   32 weights = fp16 d, 32 high bits, 16 bytes;        w = d * (q - 16)
@@ -15,8 +16,7 @@
 // Q5_0 and IQ4_NL are Q8_0 blocks in disguise (the same fp16 scale times an
 // integer in [-127, 127]), so their conversion loses nothing: it gives the
 // same floats bit for bit. Q4_1 and Q5_1 carry an offset m, which Q8_0
-// cannot hold: they are decoded and re-quantized (error at most half a Q8_0
-// step, 1/254 of the block's largest magnitude).
+// cannot hold.
 #pragma once
 
 #include <cstddef>

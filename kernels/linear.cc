@@ -86,10 +86,26 @@ bool is_half(Linear::Format f) { return f == Linear::Format::kF16 || f == Linear
 // Formats whose activations are quantized to int8 (the integer kernels).
 bool is_quantized(Linear::Format f) { return f != Linear::Format::kF32 && !is_half(f); }
 
+// Bytes of a row group's block of 32 inputs (its integers) in a quantized format.
+std::size_t packed_block_bytes(Linear::Format f) {
+  switch (f) {
+    case Linear::Format::kQ8_0:
+      return kQ8BlockBytes;
+    case Linear::Format::kQ6_K:
+      return kQ6BlockBytes;
+    case Linear::Format::kQ5_K:
+    case Linear::Format::kQ5_0:
+    case Linear::Format::kQ5_1:
+      return kQ5BlockBytes;
+    default:
+      return kQ4BlockBytes;
+  }
+}
+
 // C of the activations a quantized format reads (QuantizedActivations::bias
-// = -C * sum(q)): the unsigned bias of its stored weights (Q8_0, Q4_0;
-// IQ4_NL's looked-up bytes are Q8_0's), or 1 for the K-quants, whose kernels
-// take the codes' sums themselves.
+// = -C * sum(q)): the unsigned bias of its stored weights (Q8_0, Q4_0, Q5_0;
+// IQ4_NL's looked-up bytes are Q8_0's), or 1 for the K-quants, Q4_1 and
+// Q5_1, whose kernels take the codes' sums themselves.
 std::int32_t activation_bias(Linear::Format f) {
   switch (f) {
     case Linear::Format::kQ8_0:
@@ -97,6 +113,8 @@ std::int32_t activation_bias(Linear::Format f) {
       return internal::kQ8Bias;
     case Linear::Format::kQ4_0:
       return internal::kQ4Bias;
+    case Linear::Format::kQ5_0:
+      return internal::kQ5Bias;
     case Linear::Format::kQ6_K:
       return internal::kQ6KBias;
     default:
@@ -104,8 +122,8 @@ std::int32_t activation_bias(Linear::Format f) {
   }
 }
 // Whether layers in formats a and b read the same quantized activations:
-// both quantized, with the same C (Q4_K, Q5_K and Q6_K all take C = 1, so a
-// Q4_K_M file's Q, K and a Q6_K V share theirs).
+// both quantized, with the same C (Q4_K, Q5_K, Q6_K, Q4_1 and Q5_1 all take
+// C = 1, so a Q4_K_M file's Q, K and a Q6_K V share theirs).
 bool same_activations(Linear::Format a, Linear::Format b) {
   return is_quantized(a) && is_quantized(b) && activation_bias(a) == activation_bias(b);
 }
@@ -145,14 +163,13 @@ absl::StatusOr<Linear> Linear::allocate_packed(Format format, std::size_t n_out,
     l.scales_offset_ = l.group_stride_ = round_up(n_in * kGroupRows * 2, 64);
   } else {
     const std::size_t blocks = n_in / kQuantGroup;
-    const std::size_t block_bytes = format == Format::kQ8_0   ? kQ8BlockBytes
-                                    : format == Format::kQ6_K ? kQ6BlockBytes
-                                    : format == Format::kQ5_K ? kQ5BlockBytes
-                                                              : kQ4BlockBytes;
+    const std::size_t block_bytes = packed_block_bytes(format);
     const std::size_t scale_bytes = format == Format::kQ4_K || format == Format::kQ5_K
                                         ? blocks / kBlocksPerSuper * kQ4KSuperScaleBytes
                                     : format == Format::kQ6_K
                                         ? blocks / kBlocksPerSuper * kQ6KSuperScaleBytes
+                                    : format == Format::kQ4_1 || format == Format::kQ5_1
+                                        ? blocks * internal::kBlockMinScaleBytes
                                         : blocks * kScaleBytes;
     l.scales_offset_ = blocks * block_bytes;  // block_bytes is a multiple of 64
     l.group_stride_ = l.scales_offset_ + round_up(scale_bytes, 64);
@@ -173,8 +190,9 @@ absl::StatusOr<Linear> Linear::allocate_packed(Format format, std::size_t n_out,
 
 template <typename PackGroup>
 void Linear::pack_groups(ThreadPool* pool, PackGroup&& pack_group) {
-  // Padding rows and blocks: w = 0 (the stored bias value; K-quants: q = 0
-  // with scale and min 0; IQ4_NL, which has no 0, its 1 at index 8), scale 0.
+  // Padding rows and blocks: w = 0 (the stored bias value; K-quants, Q4_1,
+  // Q5_1: q = 0 with scale and min 0; IQ4_NL, which has no 0, its 1 at index
+  // 8; Q5_0: q = 0 with scale 0), scale 0.
   const std::uint8_t zero_w = format_ == Format::kQ8_0                                 ? 0x80
                               : format_ == Format::kQ4_0 || format_ == Format::kIQ4_NL ? 0x88
                                                                                        : 0x00;
@@ -199,7 +217,8 @@ void Linear::pack_groups(ThreadPool* pool, PackGroup&& pack_group) {
 // Packs n_out rows of GGUF blocks into the row-group layout of
 // kernels/linear_impl.h: `place(src, dst)` writes one block's integer
 // weights for row r of its group at dst (= the group's block + 4r), and the
-// block's fp16 scale goes to the group's scale array.
+// block's fp16 scale goes to the group's scale array (Q4_1, Q5_1: its d,
+// then -m).
 template <typename Block, typename Place>
 absl::StatusOr<Linear> Linear::pack_blocks(Format format, const Block* w, std::size_t n_out,
                                            std::size_t n_in, const char* what,
@@ -209,14 +228,21 @@ absl::StatusOr<Linear> Linear::pack_blocks(Format format, const Block* w, std::s
     return absl::InvalidArgumentError(absl::StrCat("Linear::", what, ": w is null"));
   HEARTH_ASSIGN_OR_RETURN(auto l, allocate_packed(format, n_out, n_in, packing.region));
   const std::size_t blocks = n_in / kQuantGroup;
-  const std::size_t block_bytes = format == Format::kQ8_0 ? kQ8BlockBytes : kQ4BlockBytes;
+  const std::size_t block_bytes = packed_block_bytes(format);
+  constexpr bool kMin = requires(const Block& b) { b.m; };
+  constexpr std::size_t kBlockScales = kMin ? internal::kBlockMinScaleBytes : kScaleBytes;
   const std::size_t scales_offset = l.scales_offset_;
   l.pack_groups(packing.pool, [&](std::uint8_t* group, std::size_t row0, std::size_t rows) {
     for (std::size_t r = 0; r < rows; ++r) {
       for (std::size_t b = 0; b < blocks; ++b) {
         const Block& src = w[(row0 + r) * blocks + b];
         place(src, group + b * block_bytes + r * 4);
-        std::memcpy(group + scales_offset + b * kScaleBytes + 2 * r, &src.d, 2);
+        std::uint8_t* scales = group + scales_offset + b * kBlockScales;
+        std::memcpy(scales + 2 * r, &src.d, 2);
+        if constexpr (kMin) {  // -m: the fp16's sign bit flipped (exact)
+          const std::uint16_t negated = src.m ^ 0x8000u;
+          std::memcpy(scales + kScaleBytes + 2 * r, &negated, 2);
+        }
       }
     }
   });
@@ -374,6 +400,39 @@ absl::StatusOr<Linear> Linear::from_q5_k(const BlockQ5_K* w, std::size_t n_out, 
 absl::StatusOr<Linear> Linear::from_q6_k(const BlockQ6_K* w, std::size_t n_out, std::size_t n_in,
                                          Packing packing) {
   return pack_k_quant(w, n_out, n_in, "from_q6_k", packing);
+}
+
+namespace {
+// A Q5_0 or Q5_1 block's 5-bit q (the nibble and its bit of qh, GGUF's
+// pairing: byte j holds inputs j and j + 16) in Q5_K's steps.
+template <typename Block>
+void place_five_bits(const Block& src, std::uint8_t* dst) {
+  std::uint32_t qh;
+  std::memcpy(&qh, src.qh, sizeof qh);  // little-endian, as GGUF
+  std::uint8_t q[kQuantGroup];
+  for (std::size_t j = 0; j < kQuantGroup / 2; ++j) {
+    q[j] = static_cast<std::uint8_t>((src.qs[j] & 0x0f) | ((qh >> j) & 1u) << 4);
+    q[j + 16] = static_cast<std::uint8_t>((src.qs[j] >> 4) | ((qh >> (j + 16)) & 1u) << 4);
+  }
+  place_k_block<Linear::Format::kQ5_K>(q, dst);
+}
+}  // namespace
+
+absl::StatusOr<Linear> Linear::from_q4_1(const BlockQ4_1* w, std::size_t n_out, std::size_t n_in,
+                                         Packing packing) {
+  return pack_blocks(Format::kQ4_1, w, n_out, n_in, "from_q4_1", packing, place_nibbles<BlockQ4_1>);
+}
+
+absl::StatusOr<Linear> Linear::from_q5_0(const BlockQ5_0* w, std::size_t n_out, std::size_t n_in,
+                                         Packing packing) {
+  return pack_blocks(Format::kQ5_0, w, n_out, n_in, "from_q5_0", packing,
+                     place_five_bits<BlockQ5_0>);
+}
+
+absl::StatusOr<Linear> Linear::from_q5_1(const BlockQ5_1* w, std::size_t n_out, std::size_t n_in,
+                                         Packing packing) {
+  return pack_blocks(Format::kQ5_1, w, n_out, n_in, "from_q5_1", packing,
+                     place_five_bits<BlockQ5_1>);
 }
 
 absl::StatusOr<Linear> Linear::from_f32(const float* w, std::size_t n_out, std::size_t n_in) {
@@ -584,6 +643,9 @@ internal::MatmulFn Linear::matmul_fn(bool per_token) const {
   if (format_ == Format::kQ4_K) return per_token ? k.q4_k_per_token : k.q4_k_per_group;
   if (format_ == Format::kQ5_K) return per_token ? k.q5_k_per_token : k.q5_k_per_group;
   if (format_ == Format::kQ6_K) return per_token ? k.q6_k_per_token : k.q6_k_per_group;
+  if (format_ == Format::kQ5_0) return per_token ? k.q5_0_per_token : k.q5_0_per_group;
+  if (format_ == Format::kQ4_1) return per_token ? k.q4_1_per_token : k.q4_1_per_group;
+  if (format_ == Format::kQ5_1) return per_token ? k.q5_1_per_token : k.q5_1_per_group;
   return per_token ? k.iq4_nl_per_token : k.iq4_nl_per_group;
 }
 

@@ -1,7 +1,7 @@
-// Linear layers: y = x W^T, for weights in GGUF Q8_0, Q4_0, Q4_K, Q5_K, Q6_K
-// or IQ4_NL blocks (integer dot products on activations quantized to int8 on
-// the fly), in F16 or BF16 (float products on float activations, the weights
-// kept as halves) or in F32 (through XNNPACK).
+// Linear layers: y = x W^T, for weights in GGUF Q8_0, Q4_0, Q4_K, Q5_K, Q6_K,
+// IQ4_NL, Q5_0, Q4_1 or Q5_1 blocks (integer dot products on activations
+// quantized to int8 on the fly), in F16 or BF16 (float products on float
+// activations, the weights kept as halves) or in F32 (through XNNPACK).
 //
 // Shapes: W has n_out rows of n_in weights (GGUF row-major, one row per output
 // feature); x is m tokens x n_in floats, row-major; y is m x n_out floats,
@@ -32,6 +32,10 @@
 // with d_w[b] = d, accumulated as above (one fma per block).
 // IQ4_NL (w = d * kIq4NlValues[q], kernels/gguf_legacy_blocks.h) is Q8_0
 // with its integers looked up: dot_b = sum kIq4NlValues[q] q_x, d_w[b] = d.
+// Q5_0 (w = d * (q - 16)) is Q4_0 with 5-bit q: dot_b = sum (q - 16) q_x.
+// Q4_1 and Q5_1 (w = d * q + m, q unsigned) are Q4_K with a block's own
+// scale and min: d_w[b] = d, and the mins' fma above with -m for dmin * m_b
+// (the same product: -m * s_b = m * sum(q_x)).
 // Every ISA path (scalar, AVX2, AVX-512, AVX-512 VNNI) computes exactly these
 // operations in exactly this order, and threads split outputs, never the sum,
 // so every path and every thread count give bit-identical results: a model's
@@ -72,15 +76,17 @@
 // Q4_0 keeps GGUF's nibble pairing: the low nibbles of a 64-byte chunk c are
 // inputs 4c..4c+3 of the block and the high nibbles inputs 16+4c..16+4c+3.
 // IQ4_NL keeps its file's nibbles in Q4_0's places (the kernels look each
-// up as kIq4NlValues[q] + 128 and go on as for Q8_0).
+// up as kIq4NlValues[q] + 128 and go on as for Q8_0), and so does Q4_1 (its
+// q, as Q4_K's; its d and -m in the scales region). Q5_0 and Q5_1 keep their
+// 5-bit q as Q5_K does (below), with Q4_0's and Q4_1's scales.
 // Q4_K's blocks are its sub-blocks' q (no bias: its mins are subtracted in
 // float) in Q4_0's pairing, and its scales region holds each super-block's
 // d and dmin (fp16) and 6-bit sub-block scales and mins per row.
 // Bytes read per weight, as in the GGUF file: 1.0625 (Q8_0), 0.5625 (Q4_0,
 // IQ4_NL, Q4_K: its 6-bit scales and mins in the file's 12 bytes,
-// rearranged to unpack a super-block's 16 rows at once), 0.688 (Q5_K, the
-// same), 0.820 (Q6_K: four 6-bit q per three bytes, the fourth in their top
-// bits), 2 (F16, BF16).
+// rearranged to unpack a super-block's 16 rows at once), 0.625 (Q4_1),
+// 0.688 (Q5_K, the same; Q5_0), 0.75 (Q5_1), 0.820 (Q6_K: four 6-bit q per
+// three bytes, the fourth in their top bits), 2 (F16, BF16).
 #pragma once
 
 #include <cstddef>
@@ -126,7 +132,20 @@ struct Packing {
 
 class Linear {
  public:
-  enum class Format { kF32, kQ8_0, kQ4_0, kQ4_K, kQ5_K, kQ6_K, kF16, kBF16, kIQ4_NL };
+  enum class Format {
+    kF32,
+    kQ8_0,
+    kQ4_0,
+    kQ4_K,
+    kQ5_K,
+    kQ6_K,
+    kF16,
+    kBF16,
+    kIQ4_NL,
+    kQ5_0,
+    kQ4_1,
+    kQ5_1
+  };
   // How activations are quantized to int8 on the quantized path (ignored by
   // the float path): one scale per 32 inputs, or one per token.
   enum class ActivationQuant { kPerGroup32, kPerToken };
@@ -152,6 +171,12 @@ class Linear {
                                           Packing packing = {});
   static absl::StatusOr<Linear> from_iq4_nl(const BlockIQ4_NL* w, std::size_t n_out,
                                             std::size_t n_in, Packing packing = {});
+  static absl::StatusOr<Linear> from_q5_0(const BlockQ5_0* w, std::size_t n_out, std::size_t n_in,
+                                          Packing packing = {});
+  static absl::StatusOr<Linear> from_q4_1(const BlockQ4_1* w, std::size_t n_out, std::size_t n_in,
+                                          Packing packing = {});
+  static absl::StatusOr<Linear> from_q5_1(const BlockQ5_1* w, std::size_t n_out, std::size_t n_in,
+                                          Packing packing = {});
   // GGUF Q4_K / Q5_K / Q6_K super-blocks, row-major (n_in / 256 per row);
   // n_in must be a multiple of 256. Packed without loss: the same q, scales
   // and mins.
@@ -183,8 +208,9 @@ class Linear {
 
   // Several layers over the same input, as Q, K and V projections or an FFN's
   // gate and up: y_i = x W_i^T for each i, bit-identical to calling forward()
-  // on each. When all are quantized alike (one format, or any of Q4_K, Q5_K
-  // and Q6_K, as a Q4_K_M file's Q, K and V: their activations are the same)
+  // on each. When all are quantized alike (one format, or any of Q4_K, Q5_K,
+  // Q6_K, Q4_1 and Q5_1, as a Q4_K_M file's Q, K and V: their activations are
+  // the same)
   // the input is quantized once, and for one token (decode) the rows of all
   // of them are split across the pool in a single parallel region, so
   // threads do not wait for each other between layers. Layers must share

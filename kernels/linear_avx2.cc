@@ -30,9 +30,9 @@ namespace {
 using namespace avx2;  // float primitives of kernels/linear_tile_body.h
 
 // The dot core of kernels/linear_tile_body.h: vpmaddubsw's u8 x s8 pairs.
-// Q4_0 and Q4_K sum int16 pairs over the whole block and widen them once
-// (Q4_0 adding its bias); Q8_0 recovers signed weights, so it has no bias to
-// remove.
+// Q4_0, Q4_1 and Q4_K sum int16 pairs over the whole block and widen them
+// once (Q4_0 adding its bias); Q8_0 recovers signed weights, so it has no
+// bias to remove.
 template <WeightFormat kF>
 inline IVec block_start(const std::int32_t*) {
   return _mm256_setzero_si256();
@@ -87,11 +87,12 @@ constexpr int kHalfGemmTokens = 6;
 template <WeightFormat kF, int T, bool kPerToken>
 void half_tile(const PackedWeights& w, const QuantizedActivations& a, std::size_t g,
                std::size_t half, std::size_t tile, float* y, std::size_t ldy) {
-  constexpr bool kWide = kF == WeightFormat::kQ5_K || kF == WeightFormat::kQ6_K;
-  constexpr bool kMins = kF == WeightFormat::kQ4_K || kF == WeightFormat::kQ5_K;
-  constexpr std::size_t kBlockBytes = kF == WeightFormat::kQ6_K   ? kQ6BlockBytes
-                                      : kF == WeightFormat::kQ5_K ? kQ5BlockBytes
-                                                                  : kQ4BlockBytes;
+  constexpr bool kWide = five_bit(kF) || kF == WeightFormat::kQ6_K;
+  constexpr bool kMins = has_mins(kF);
+  constexpr bool kSuperMins = kF == WeightFormat::kQ4_K || kF == WeightFormat::kQ5_K;
+  constexpr std::size_t kBlockBytes = kF == WeightFormat::kQ6_K ? kQ6BlockBytes
+                                      : five_bit(kF)            ? kQ5BlockBytes
+                                                                : kQ4BlockBytes;
   const std::size_t first = tile * a.tile_tokens;
   const std::uint8_t* wp = w.data + g * w.group_stride + 32 * half;
   const std::uint8_t* sp = w.data + g * w.group_stride + w.scales_offset;
@@ -105,7 +106,7 @@ void half_tile(const PackedWeights& w, const QuantizedActivations& a, std::size_
   for (int j = 0; j < T; ++j) facc[j] = zero();
   Vec d_super[1], dmin_super[1];
   d_super[0] = dmin_super[0] = zero();
-  alignas(32) std::uint8_t k_scales[kMins ? kUnpackedKScaleBytes : 32];
+  alignas(32) std::uint8_t k_scales[kSuperMins ? kUnpackedKScaleBytes : 32];
 
   for (std::size_t b = 0; b < a.blocks; ++b) {
     load_super_scales<kF, 1>(sp + 2 * kLanes * half, 0, b, d_super, dmin_super);
@@ -151,6 +152,8 @@ void half_tile(const PackedWeights& w, const QuantizedActivations& a, std::size_
       IVec dot;
       if constexpr (kWide) {
         dot = _mm256_add_epi32(widen(lo16), widen(hi16));
+        if constexpr (kF == WeightFormat::kQ5_0)
+          dot = _mm256_add_epi32(dot, _mm256_set1_epi32(bp[j]));
       } else {
         dot = block_finish<kF>(_mm256_add_epi16(lo16, hi16), bp + j);
       }

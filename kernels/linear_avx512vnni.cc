@@ -32,10 +32,11 @@ inline __m512i load_broadcast(const std::int32_t* p) {
 
 // The dot core of kernels/linear_tile_body.h: vpdpbusd on the stored
 // (unsigned) weights, each block's accumulator starting at its bias.
-// Q4_K's stored q carry no bias (its mins are subtracted in float).
+// Q4_K's and Q4_1's stored q carry no bias (their mins are subtracted in
+// float).
 template <WeightFormat kF>
 inline IVec block_start(const std::int32_t* bias) {
-  if constexpr (kF == WeightFormat::kQ4_K) return _mm512_setzero_si512();
+  if constexpr (has_mins(kF)) return _mm512_setzero_si512();
   return load_broadcast(bias);
 }
 inline IVec q4_products(IVec acc, IVec lo, IVec hi, IVec xlo, IVec xhi) {

@@ -39,10 +39,29 @@ inline constexpr std::int32_t kQ4Bias = 8;
 // the float sum instead; its activations' bias is -sum(q) (C = 1), the sum
 // the mins multiply.
 inline constexpr std::int32_t kQ4KBias = 1;
+// Q5_0 stores its unsigned 5-bit q (w = d * (q - 16)): C = 16.
+inline constexpr std::int32_t kQ5Bias = 16;
 
 // The integer formats of the packed layout, as template arguments of the
 // per-ISA matmuls.
-enum class WeightFormat { kQ8_0, kQ4_0, kQ4_K, kQ5_K, kQ6_K, kIQ4_NL };
+enum class WeightFormat { kQ8_0, kQ4_0, kQ4_K, kQ5_K, kQ6_K, kIQ4_NL, kQ5_0, kQ4_1, kQ5_1 };
+
+// Q4_1 and Q5_1 (w = d * q + m, per block): q unsigned as Q4_K's and Q5_K's
+// (C = kQ4KBias), and a block's scales region holds d[16] fp16, then -m[16]
+// fp16 (kBlockMinScaleBytes per block, row r at 2r): the min enters as Q4_K's
+// does, dmin = -m (exact) times -sum(q_x).
+inline constexpr std::size_t kBlockMinScaleBytes = 64;
+constexpr bool block_mins(WeightFormat f) {
+  return f == WeightFormat::kQ4_1 || f == WeightFormat::kQ5_1;
+}
+// Formats whose blocks subtract a min in float (their stored q carry no bias).
+constexpr bool has_mins(WeightFormat f) {
+  return f == WeightFormat::kQ4_K || f == WeightFormat::kQ5_K || block_mins(f);
+}
+// Formats whose q are 5 bits wide, in Q5_K's five steps (kQ5BlockBytes).
+constexpr bool five_bit(WeightFormat f) {
+  return f == WeightFormat::kQ5_K || f == WeightFormat::kQ5_0 || f == WeightFormat::kQ5_1;
+}
 
 // IQ4_NL: its blocks are stored as Q4_0's (the GGUF nibbles, fp16 d), each
 // nibble an index into kIq4NlValues (kernels/gguf_legacy_blocks.h). The
@@ -90,7 +109,10 @@ inline int k_min(const std::uint8_t* sb, std::size_t j, std::size_t r) {
 // q).
 inline constexpr std::size_t kQ5BlockBytes = 320;
 
-// Q5_K: the q of input i (0..31) of row r in the packed block at `block`.
+// Q5_0 and Q5_1 keep their 5-bit q in the same five steps, with Q4_0's
+// (Q5_0) or Q4_1's per-block scales.
+//
+// Q5_K, Q5_0, Q5_1: the q of input i (0..31) of row r in the packed block at `block`.
 inline int q5_k_code(const std::uint8_t* block, std::size_t r, std::size_t i) {
   const std::uint8_t* s = block + r * 4 + i % 4;  // step n's byte at s[64 * n]
   const std::size_t c = (i % 16) / 4;
@@ -143,7 +165,9 @@ inline int q6_k_code(const std::uint8_t* block, std::size_t r, std::size_t i) {
 //     Q4_0: byte c * 64 + r * 4 + j = the GGUF byte qs[4c + j] of row 16g + r, c = 0..3
 //           (low nibble: input 4c + j; high nibble: input 16 + 4c + j; each = w + 8)
 //     IQ4_NL: as Q4_0, each nibble an index into kIq4NlValues (above)
-//   block b's scales at + scales_offset + b * 32: 16 fp16, row r at 2r.
+//     Q4_1: as Q4_0 (w = d * q + m); Q5_0, Q5_1: Q5_K's steps (above)
+//   block b's scales at + scales_offset + b * 32: 16 fp16, row r at 2r
+//     (Q4_1, Q5_1: at + b * kBlockMinScaleBytes, d then -m).
 // Rows >= n_out of the last group hold w = 0 and scale 0.
 struct PackedWeights {
   const std::uint8_t* data;
@@ -253,6 +277,9 @@ struct LinearKernels {
   MatmulFn q5_k_per_group, q5_k_per_token;
   MatmulFn q6_k_per_group, q6_k_per_token;
   MatmulFn iq4_nl_per_group, iq4_nl_per_token;
+  MatmulFn q5_0_per_group, q5_0_per_token;
+  MatmulFn q4_1_per_group, q4_1_per_token;
+  MatmulFn q5_1_per_group, q5_1_per_token;
   HalfMatmulFn f16, bf16;
 };
 extern const LinearKernels kLinearScalar;

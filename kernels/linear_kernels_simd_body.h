@@ -11,5 +11,7 @@ constexpr LinearKernels simd_linear_kernels(std::size_t tile_tokens, QuantizeFn 
   return {tile_tokens,         quantize,           run<kQ8_0, false>, run<kQ8_0, true>,
           run<kQ4_0, false>,   run<kQ4_0, true>,   run<kQ4_K, false>, run<kQ4_K, true>,
           run<kQ5_K, false>,   run<kQ5_K, true>,   run<kQ6_K, false>, run<kQ6_K, true>,
-          run<kIQ4_NL, false>, run<kIQ4_NL, true>, run_half<false>,   run_half<true>};
+          run<kIQ4_NL, false>, run<kIQ4_NL, true>, run<kQ5_0, false>, run<kQ5_0, true>,
+          run<kQ4_1, false>,   run<kQ4_1, true>,   run<kQ5_1, false>, run<kQ5_1, true>,
+          run_half<false>,     run_half<true>};
 }

@@ -67,13 +67,14 @@ void for_each_block(const PackedWeights& w, const QuantizedActivations& a, std::
   }
 }
 
-// Q8_0, Q4_0, Q4_K, Q5_K, IQ4_NL: one int32 dot product per block and row.
+// Every format but Q6_K: one int32 dot product per block and row (and for
+// the formats with mins, their term).
 template <WeightFormat kF>
 void matmul(const PackedWeights& w, const QuantizedActivations& a, std::size_t g0, std::size_t g1,
             std::size_t t0, std::size_t t1, float* y, std::size_t ldy) {
   constexpr bool kNibbles = kF != WeightFormat::kQ8_0;
-  constexpr bool kFive = kF == WeightFormat::kQ5_K;
-  constexpr bool kSuper = kF == WeightFormat::kQ4_K || kFive;
+  constexpr bool kFive = five_bit(kF);
+  constexpr bool kSuper = kF == WeightFormat::kQ4_K || kF == WeightFormat::kQ5_K;
   // IQ4_NL's nibbles are indices: its stored bytes are looked up (C = 128).
   auto stored = [](int nibble) {
     return kF == WeightFormat::kIQ4_NL ? static_cast<int>(kIq4NlStored[nibble]) : nibble;
@@ -85,8 +86,8 @@ void matmul(const PackedWeights& w, const QuantizedActivations& a, std::size_t g
           const BlockInputs& in, float* acc) {
         const std::uint8_t* wb = group + b * block_bytes;
         std::int32_t dot[kGroupRows];
-        // Q4_K's and Q5_K's q carry no bias: theirs is -sum(q), for the mins.
-        for (std::size_t r = 0; r < kGroupRows; ++r) dot[r] = kSuper ? 0 : in.bias;
+        // The q of formats with mins carry no bias: theirs is -sum(q), for the mins.
+        for (std::size_t r = 0; r < kGroupRows; ++r) dot[r] = has_mins(kF) ? 0 : in.bias;
         if constexpr (kNibbles) {
           for (std::size_t c = 0; c < 4; ++c)
             for (std::size_t r = 0; r < kGroupRows; ++r)
@@ -114,6 +115,10 @@ void matmul(const PackedWeights& w, const QuantizedActivations& a, std::size_t g
             const float dmin =
                 f16_at(sb + kQ4KDminOffset + 2 * r) * static_cast<float>(k_min(sb, sub, r));
             acc[r] = std::fma(dmin, xmin, in.add(acc[r], dot[r], dw));
+          } else if constexpr (block_mins(kF)) {  // d, then -m
+            const std::uint8_t* bs = scales + b * kBlockMinScaleBytes;
+            acc[r] = std::fma(f16_at(bs + kScaleBytes + 2 * r), xmin,
+                              in.add(acc[r], dot[r], f16_at(bs + 2 * r)));
           } else {
             acc[r] = in.add(acc[r], dot[r], f16_at(scales + b * kScaleBytes + 2 * r));
           }
@@ -186,6 +191,9 @@ const LinearKernels kLinearScalar = {kTileTokensScalar,  quantize_activations_sc
                                      matmul<kQ5_K>,      matmul<kQ5_K>,
                                      matmul_q6_k,        matmul_q6_k,
                                      matmul<kIQ4_NL>,    matmul<kIQ4_NL>,
+                                     matmul<kQ5_0>,      matmul<kQ5_0>,
+                                     matmul<kQ4_1>,      matmul<kQ4_1>,
+                                     matmul<kQ5_1>,      matmul<kQ5_1>,
                                      matmul_half<false>, matmul_half<true>};
 
 }  // namespace hearth::kernels::internal

@@ -72,7 +72,7 @@ inline __attribute__((always_inline)) void unpack_k_scales(const std::uint8_t* g
 // next_scales): dw, the rows' scale, and for Q4_K and Q5_K dmin, the rows'
 // min (d * sc and dmin * m of kernels/linear_impl.h: exact products, from the
 // super-block's d and dmin given by super_scales, and its sc and m unpacked
-// at group_k by unpack_k_scales).
+// at group_k by unpack_k_scales; Q4_1 and Q5_1: the block's d and -m).
 template <WeightFormat kF>
 inline __attribute__((always_inline)) void unit_scales(const std::uint8_t* group_sp,
                                                        const std::uint8_t* group_k, int u,
@@ -82,6 +82,9 @@ inline __attribute__((always_inline)) void unit_scales(const std::uint8_t* group
     const std::size_t sc = kGroupRows * (b % kBlocksPerSuper) + kLanes * u;
     dw = mul(d, load_u8(group_k + sc));
     dmin = mul(dmin_super, load_u8(group_k + kUnpackedKScaleBytes / 2 + sc));
+  } else if constexpr (block_mins(kF)) {  // Q4_1, Q5_1: d, then -m
+    dw = load_f16_aligned(group_sp + 2 * kLanes * u);
+    dmin = load_f16_aligned(group_sp + kScaleBytes + 2 * kLanes * u);
   } else {
     dw = load_f16_aligned(group_sp + 2 * kLanes * u);
     dmin = zero();
@@ -132,9 +135,10 @@ template <WeightFormat kF>
 inline const std::uint8_t* next_scales(const std::uint8_t* sp, std::size_t b) {
   if constexpr (kF == WeightFormat::kQ4_K || kF == WeightFormat::kQ5_K)
     return (b + 1) % kBlocksPerSuper == 0 ? sp + kQ4KSuperScaleBytes : sp;
+  if constexpr (block_mins(kF)) return sp + kBlockMinScaleBytes;
   return sp + kScaleBytes;
 }
-// A token's factor for Q4_K's mins of a block: its bias (-sum(q), kQ4KBias)
+// A token's factor for a block's mins (Q4_K, Q5_K, Q4_1, Q5_1): its bias (-sum(q), kQ4KBias)
 // times its scale d_x, or alone per token (d_x applies at the end).
 template <bool kPerToken>
 inline float token_min(float dx, std::int32_t bias) {
@@ -282,6 +286,7 @@ void tile_blocks(const PackedWeights& w, const QuantizedActivations& a, std::siz
   constexpr int H = G * kUnits;
   constexpr bool kNibbles = kF != WeightFormat::kQ8_0;
   constexpr bool kSuper = kF == WeightFormat::kQ4_K;  // scales per super-block
+  constexpr bool kMins = has_mins(kF);                // Q4_K, Q4_1
   // IQ4_NL: nibbles looked up as Q8_0's stored bytes (kIq4NlStored).
   constexpr bool kLookup = kF == WeightFormat::kIQ4_NL;
   constexpr std::size_t kBlockBytes = kNibbles ? kQ4BlockBytes : kQ8BlockBytes;
@@ -355,13 +360,13 @@ void tile_blocks(const PackedWeights& w, const QuantizedActivations& a, std::siz
       }
     }
     [[maybe_unused]] float xmin[T];
-    if constexpr (kSuper)
+    if constexpr (kMins)
 #pragma GCC unroll 8
       for (int j = 0; j < T; ++j) xmin[j] = token_min<kPerToken>(dp[j], bp[j]);
 #pragma GCC unroll 8
     for (int h = 0; h < H; ++h) {
       Vec dw, dmin;
-      // (Q8_0 and Q4_0 read their scales in place: k_scales is a stub.)
+      // (Formats other than Q4_K read their scales in place: k_scales is a stub.)
       const std::uint8_t* group_k = nullptr;
       if constexpr (kSuper) group_k = k_scales + (h / kUnits) * kUnpackedKScaleBytes;
       unit_scales<kF>(at.sp + (h / kUnits) * gs, group_k, h % kUnits, b, d_super[h], dmin_super[h],
@@ -374,7 +379,7 @@ void tile_blocks(const PackedWeights& w, const QuantizedActivations& a, std::siz
         } else {
           facc[h][j] = fmadd(fdot, mul(dw, set1(dp[j])), facc[h][j]);
         }
-        if constexpr (kSuper) facc[h][j] = fmadd(dmin, set1(xmin[j]), facc[h][j]);
+        if constexpr (kMins) facc[h][j] = fmadd(dmin, set1(xmin[j]), facc[h][j]);
       }
     }
     at.sp = next_scales<kF>(at.sp, b);
@@ -462,12 +467,14 @@ inline __attribute__((always_inline)) Vec finish_q6_k(IVec lo_acc, IVec hi_acc, 
   return fmadd(dot, kPerToken ? d : mul(d, set1(*dp)), facc);
 }
 
-// Q5_K and Q6_K: row groups [g, g + G) x tokens [j0, j0 + T) of token tile
-// `tile`, as tile_blocks() (same walk, same epilogue), for q wider than a
-// nibble (wide_steps unpacks them): the block's halves (inputs 0..15 and
-// 16..31) get their own int32 sums, widened every two steps. Q6_K's halves
-// are sub-blocks, each with its -32 offset and scale; Q5_K adds them and
-// takes Q4_K's scales and mins.
+// Q5_K, Q5_0, Q5_1 and Q6_K: row groups [g, g + G) x tokens [j0, j0 + T) of
+// token tile `tile`, as tile_blocks() (same walk, same epilogue), for q wider
+// than a nibble (wide_steps unpacks them): the block's halves (inputs 0..15
+// and 16..31) get their own int32 sums, widened every two steps. Q6_K's
+// halves are sub-blocks, each with its -32 offset and scale; the 5-bit
+// formats add them: Q5_K then takes Q4_K's scales and mins, Q5_1 its block's
+// d and -m, and Q5_0 its block's d, its low half starting at its bias (C =
+// kQ5Bias).
 template <int G, int T, WeightFormat kF, bool kPerToken, std::size_t kWidth>
 void tile_wide(const PackedWeights& w, const QuantizedActivations& a, std::size_t g,
                std::size_t tile, std::size_t j0, std::size_t width, float* y, std::size_t ldy,
@@ -494,8 +501,9 @@ void tile_wide(const PackedWeights& w, const QuantizedActivations& a, std::size_
   for (int h = 0; h < H; ++h)
 #pragma GCC unroll 8
     for (int j = 0; j < T; ++j) facc[h][j] = zero();
-  Vec d_super[H], dmin_super[H];  // set at block 0 (a super-block's first)
-  alignas(64) std::uint8_t k_scales[kSix ? 64 : G * kUnpackedKScaleBytes];
+  Vec d_super[H], dmin_super[H];                          // set at block 0 (a super-block's first)
+  constexpr bool kSuperMins = kF == WeightFormat::kQ5_K;  // scales per super-block
+  alignas(64) std::uint8_t k_scales[kSuperMins ? G * kUnpackedKScaleBytes : 64];
 #pragma GCC unroll 8
   for (int h = 0; h < H; ++h) d_super[h] = dmin_super[h] = zero();
 
@@ -515,7 +523,9 @@ void tile_wide(const PackedWeights& w, const QuantizedActivations& a, std::size_
     constexpr bool kOffsetsFirst = kSix && T > 1;
 #pragma GCC unroll 8
     for (int j = 0; j < T; ++j) {
-      const IVec lo_start = set1_int(kOffsetsFirst ? q6_k_low_offset(lp + j) : 0);
+      const IVec lo_start = set1_int(kF == WeightFormat::kQ5_0 ? bp[j]
+                                     : kOffsetsFirst           ? q6_k_low_offset(lp + j)
+                                                               : 0);
       const IVec hi_start = set1_int(kOffsetsFirst ? q6_k_high_offset(bp + j, lp + j) : 0);
 #pragma GCC unroll 8
       for (int h = 0; h < H; ++h) {
@@ -572,24 +582,32 @@ void tile_wide(const PackedWeights& w, const QuantizedActivations& a, std::size_
               lo_acc[h][j], hi_acc[h][j], d, sc_lo, sc_hi, bp + j, lp + j, dp + j, facc[h][j]);
       }
     } else {
+      constexpr bool kMins = has_mins(kF);
       [[maybe_unused]] float xmin[T];
+      if constexpr (kMins)
 #pragma GCC unroll 8
-      for (int j = 0; j < T; ++j) xmin[j] = token_min<kPerToken>(dp[j], bp[j]);
+        for (int j = 0; j < T; ++j) xmin[j] = token_min<kPerToken>(dp[j], bp[j]);
 #pragma GCC unroll 8
       for (int h = 0; h < H; ++h) {
         Vec dw, dmin;
-        unit_scales<kF>(at.sp + (h / kUnits) * gs, k_scales + (h / kUnits) * kUnpackedKScaleBytes,
-                        h % kUnits, b, d_super[h], dmin_super[h], dw, dmin);
+        const std::uint8_t* group_k = nullptr;  // (a stub unless kSuperMins)
+        if constexpr (kSuperMins) group_k = k_scales + (h / kUnits) * kUnpackedKScaleBytes;
+        unit_scales<kF>(at.sp + (h / kUnits) * gs, group_k, h % kUnits, b, d_super[h],
+                        dmin_super[h], dw, dmin);
 #pragma GCC unroll 8
         for (int j = 0; j < T; ++j) {
           const Vec fdot = to_float(add_int(lo_acc[h][j], hi_acc[h][j]));
           facc[h][j] = kPerToken ? fmadd(fdot, dw, facc[h][j])
                                  : fmadd(fdot, mul(dw, set1(dp[j])), facc[h][j]);
-          facc[h][j] = fmadd(dmin, set1(xmin[j]), facc[h][j]);
+          if constexpr (kMins) facc[h][j] = fmadd(dmin, set1(xmin[j]), facc[h][j]);
         }
       }
     }
-    if ((b + 1) % kBlocksPerSuper == 0) at.sp += kSix ? kQ6KSuperScaleBytes : kQ4KSuperScaleBytes;
+    if constexpr (kSix) {
+      if ((b + 1) % kBlocksPerSuper == 0) at.sp += kQ6KSuperScaleBytes;
+    } else {
+      at.sp = next_scales<kF>(at.sp, b);
+    }
     at.next_block(kBlockBytes);
   }
   store_tile<G, T, kPerToken>(facc, w.n_out, g, dp, y + at.first * ldy, ldy);
@@ -600,7 +618,7 @@ template <int G, int T, WeightFormat kF, bool kPerToken, std::size_t kWidth = 0>
 void tile(const PackedWeights& w, const QuantizedActivations& a, std::size_t g, std::size_t tile,
           std::size_t j0, std::size_t width, float* y, std::size_t ldy,
           const std::uint8_t* pf = nullptr, std::size_t pf_lines = 0) {
-  if constexpr (kF == WeightFormat::kQ5_K || kF == WeightFormat::kQ6_K) {
+  if constexpr (five_bit(kF) || kF == WeightFormat::kQ6_K) {
     tile_wide<G, T, kF, kPerToken, kWidth>(w, a, g, tile, j0, width, y, ldy, pf, pf_lines);
   } else {
     tile_blocks<G, T, kF, kPerToken, kWidth>(w, a, g, tile, j0, width, y, ldy, pf, pf_lines);

@@ -24,8 +24,23 @@
 namespace hearth::kernels {
 namespace {
 
-const DType kTypes[] = {DType::kF32,  DType::kF16,  DType::kBF16, DType::kQ8_0,  DType::kQ4_0,
-                        DType::kQ4_K, DType::kQ5_K, DType::kQ6_K, DType::kIQ4_NL};
+const DType kTypes[] = {DType::kF32,    DType::kF16,  DType::kBF16, DType::kQ8_0,
+                        DType::kQ4_0,   DType::kQ4_K, DType::kQ5_K, DType::kQ6_K,
+                        DType::kIQ4_NL, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1};
+
+// Q4_1, Q5_0, Q5_1 (no encoder in hearth): random codes and high bits, a
+// random fp16 scale in [0.01, 0.1) and (Q4_1, Q5_1) a min in [-2, 2).
+void random_legacy_blocks(DType type, std::uint8_t* row, std::size_t dim, std::mt19937& rng) {
+  const std::size_t bytes = row_bytes(type, dim) / (dim / 32);
+  std::uniform_real_distribution<float> scale(0.01f, 0.1f), min(-2.0f, 2.0f);
+  for (std::size_t b = 0; b < dim / 32; ++b) {
+    std::uint8_t* block = row + b * bytes;
+    for (std::size_t i = 0; i < bytes; ++i) block[i] = static_cast<std::uint8_t>(rng());
+    const std::uint16_t d = f32_to_fp16(scale(rng)), m = f32_to_fp16(min(rng));
+    std::memcpy(block, &d, 2);
+    if (type != DType::kQ5_0) std::memcpy(block + 2, &m, 2);
+  }
+}
 
 // A [vocab][dim] table of `type` from random floats, built byte by byte.
 std::vector<std::uint8_t> make_table(DType type, std::size_t vocab, std::size_t dim,
@@ -71,6 +86,11 @@ std::vector<std::uint8_t> make_table(DType type, std::size_t vocab, std::size_t 
         break;
       case DType::kQ6_K:
         quantize_row_q6_k(x, reinterpret_cast<BlockQ6_K*>(row), dim);
+        break;
+      case DType::kQ4_1:
+      case DType::kQ5_0:
+      case DType::kQ5_1:
+        random_legacy_blocks(type, row, dim, rng);
         break;
     }
   }
@@ -123,6 +143,24 @@ float naive_element(const std::vector<std::uint8_t>& t, DType type, std::size_t 
       return testing::q5_k_value(reinterpret_cast<const BlockQ5_K*>(row)[i / 256], i % 256);
     case DType::kQ6_K:
       return testing::q6_k_value(reinterpret_cast<const BlockQ6_K*>(row)[i / 256], i % 256);
+    case DType::kQ4_1:
+    case DType::kQ5_0:
+    case DType::kQ5_1: {
+      // fp16 d, then (Q4_1, Q5_1) fp16 m, then (Q5_0, Q5_1) 32 high bits,
+      // then 16 bytes: byte j holds inputs j (low nibble) and j + 16.
+      const bool has_m = type != DType::kQ5_0, five = type != DType::kQ4_1;
+      const std::uint8_t* block = row + (i / 32) * (row_bytes(type, dim) / (dim / 32));
+      std::uint16_t m = 0;
+      std::memcpy(&h, block, 2);
+      if (has_m) std::memcpy(&m, block + 2, 2);
+      const std::uint8_t* qh = block + (has_m ? 4 : 2);
+      const std::uint8_t* qs = qh + (five ? 4 : 0);
+      const std::size_t j = i % 32;
+      int q = j < 16 ? (qs[j] & 0x0f) : (qs[j - 16] >> 4);
+      if (five) q |= (qh[j / 8] >> (j % 8) & 1) << 4;
+      if (!has_m) return fp16_to_f32(h) * static_cast<float>(q - 16);
+      return static_cast<float>(q) * fp16_to_f32(h) + fp16_to_f32(m);
+    }
   }
   return 0.0f;
 }
@@ -130,7 +168,9 @@ float naive_element(const std::vector<std::uint8_t>& t, DType type, std::size_t 
 bool same_bits(float a, float b) { return std::memcmp(&a, &b, sizeof a) == 0; }
 
 std::vector<std::size_t> dims_for(DType type) {
-  if (type == DType::kQ8_0 || type == DType::kQ4_0 || type == DType::kIQ4_NL) return {32, 96, 4096};
+  if (type == DType::kQ8_0 || type == DType::kQ4_0 || type == DType::kIQ4_NL ||
+      type == DType::kQ4_1 || type == DType::kQ5_0 || type == DType::kQ5_1)
+    return {32, 96, 4096};
   if (type == DType::kQ4_K || type == DType::kQ5_K || type == DType::kQ6_K) return {256, 768, 4096};
   return {1, 7, 33, 100, 4097};
 }
@@ -180,7 +220,9 @@ TEST(Embedding, InvalidArgumentsAreReported) {
   const auto table = make_table(DType::kQ8_0, 4, 64, 9);
   const std::int32_t ids[] = {1};
   std::vector<float> out(64);
-  for (DType block32 : {DType::kQ8_0, DType::kQ4_0, DType::kIQ4_NL}) {  // 48: not a multiple of 32
+  // 48: not a multiple of 32
+  for (DType block32 :
+       {DType::kQ8_0, DType::kQ4_0, DType::kIQ4_NL, DType::kQ4_1, DType::kQ5_0, DType::kQ5_1}) {
     const absl::Status s = embedding_lookup(table.data(), block32, 4, 48, ids, 1, out.data());
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
     EXPECT_NE(s.message().find("multiple of 32"), std::string::npos) << s;

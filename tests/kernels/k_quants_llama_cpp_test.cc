@@ -152,7 +152,7 @@ TEST(KQuantsFromLlamaCpp, LinearMatchesLlamaCppsWeights) {
   expect_linear_matches(q6, Linear::from_q6_k(q6.blocks.data(), q6.rows, q6.n_in));
 }
 
-// ---- The older types (Q4_1, Q5_0, Q5_1 run as Q8_0) --------------------------
+// ---- The older types (Q4_1, Q5_0, Q5_1, IQ4_NL) ------------------------------
 
 // d * (q - 16) and d * kvalue are one rounding, as in gguf-py: bit-equal.
 // d * q + m (Q4_1, Q5_1) is two roundings in hearth and in numpy alike (no
@@ -185,13 +185,23 @@ void expect_exact_q8_0(const char* file, Convert convert) {
   for (std::size_t i = 0; i < y.size(); ++i) ASSERT_EQ(y[i], ref.values[i]) << file << " " << i;
 }
 
-// IQ4_NL runs natively (Linear::from_iq4_nl) on llama.cpp's blocks: the
-// same checks as the K-quants' above (every path bit-equal; y within the
-// float rounding of a double-precision matmul of llama.cpp's values).
-TEST(LegacyBlocksFromLlamaCpp, Iq4NlLinearMatchesLlamaCppsWeights) {
+// They run natively (Linear::from_iq4_nl, from_q4_1, from_q5_0,
+// from_q5_1) on llama.cpp's blocks: the same checks as the K-quants' above
+// (every path bit-equal; y within the float rounding of a double-precision
+// matmul of llama.cpp's values).
+TEST(LegacyBlocksFromLlamaCpp, LinearMatchesLlamaCppsWeights) {
   const auto iq4 = read_reference<BlockIQ4_NL>("iq4_nl_llama_cpp.txt", 32);
   ASSERT_GT(iq4.rows, 0u);
   expect_linear_matches(iq4, Linear::from_iq4_nl(iq4.blocks.data(), iq4.rows, iq4.n_in));
+  const auto q41 = read_reference<BlockQ4_1>("q4_1_llama_cpp.txt", 32);
+  ASSERT_GT(q41.rows, 0u);
+  expect_linear_matches(q41, Linear::from_q4_1(q41.blocks.data(), q41.rows, q41.n_in));
+  const auto q50 = read_reference<BlockQ5_0>("q5_0_llama_cpp.txt", 32);
+  ASSERT_GT(q50.rows, 0u);
+  expect_linear_matches(q50, Linear::from_q5_0(q50.blocks.data(), q50.rows, q50.n_in));
+  const auto q51 = read_reference<BlockQ5_1>("q5_1_llama_cpp.txt", 32);
+  ASSERT_GT(q51.rows, 0u);
+  expect_linear_matches(q51, Linear::from_q5_1(q51.blocks.data(), q51.rows, q51.n_in));
 }
 
 TEST(LegacyBlocksFromLlamaCpp, Q5_0AndIq4NlConvertToQ8_0WithoutLoss) {

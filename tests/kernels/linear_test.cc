@@ -35,6 +35,9 @@ const char* format_name(Format f) {
          : f == Format::kQ5_K   ? "q5_k"
          : f == Format::kQ6_K   ? "q6_k"
          : f == Format::kIQ4_NL ? "iq4_nl"
+         : f == Format::kQ5_0   ? "q5_0"
+         : f == Format::kQ4_1   ? "q4_1"
+         : f == Format::kQ5_1   ? "q5_1"
                                 : "f32";
 }
 
@@ -51,8 +54,20 @@ struct QuantWeights {
   std::vector<BlockQ5_K> q5k;
   std::vector<BlockQ6_K> q6k;
   std::vector<BlockIQ4_NL> iq4;
+  std::vector<BlockQ5_0> q50;
+  std::vector<BlockQ4_1> q41;
+  std::vector<BlockQ5_1> q51;
   std::vector<float> dequant;  // n_out x n_in
 
+  // Q5_0, Q4_1, Q5_1: input i's code in a block (GGUF: byte i % 16 of qs,
+  // low nibble for i < 16; the 5-bit types' bit 4 is bit i of qh).
+  static int legacy_code(const std::uint8_t* qs, const std::uint8_t* qh, std::size_t i) {
+    const int nibble = i < 16 ? (qs[i] & 0x0f) : (qs[i - 16] >> 4);
+    return qh == nullptr ? nibble : nibble | (qh[i / 8] >> (i % 8) & 1) << 4;
+  }
+  bool block_mins() const { return format == Format::kQ4_1 || format == Format::kQ5_1; }
+  // Formats whose blocks add a min term (kernels/linear.h).
+  bool mins() const { return k_scaled() || block_mins(); }
   const BlockQ4_K& k_block(std::size_t row, std::size_t k) const {
     return q4k[row * (n_in / 256) + k / 256];
   }
@@ -82,6 +97,10 @@ struct QuantWeights {
     if (format == Format::kQ6_K) return testing::q6_k_q(q6_block(row, k), k % 256) - 32;
     if (format == Format::kQ4_K) return testing::q4_k_q(k_block(row, k), k % 256);
     if (format == Format::kQ5_K) return testing::q5_k_q(q5_block(row, k), k % 256);
+    const std::size_t bi = row * blocks + b;
+    if (format == Format::kQ5_0) return legacy_code(q50[bi].qs, q50[bi].qh, i) - 16;
+    if (format == Format::kQ4_1) return legacy_code(q41[bi].qs, nullptr, i);
+    if (format == Format::kQ5_1) return legacy_code(q51[bi].qs, q51[bi].qh, i);
     const bool iq4_nl = format == Format::kIQ4_NL;
     const std::uint8_t byte =
         iq4_nl ? iq4[row * blocks + b].qs[i % 16] : q4[row * blocks + b].qs[i % 16];
@@ -94,9 +113,17 @@ struct QuantWeights {
     const std::size_t i = row * (n_in / 32) + b;
     return fp16_to_f32(format == Format::kQ8_0     ? q8[i].d
                        : format == Format::kIQ4_NL ? iq4[i].d
+                       : format == Format::kQ5_0   ? q50[i].d
+                       : format == Format::kQ4_1   ? q41[i].d
+                       : format == Format::kQ5_1   ? q51[i].d
                                                    : q4[i].d);
   }
-  float min(std::size_t row, std::size_t b) const {  // Q4_K, Q5_K: dmin * m; others 0
+  // Q4_K, Q5_K: dmin * m; Q4_1, Q5_1: -m (the min term is min * -sum(q_x));
+  // others 0.
+  float min(std::size_t row, std::size_t b) const {
+    const std::size_t i = row * (n_in / 32) + b;
+    if (format == Format::kQ4_1) return -fp16_to_f32(q41[i].m);
+    if (format == Format::kQ5_1) return -fp16_to_f32(q51[i].m);
     if (!k_scaled()) return 0.0f;
     return k_d(row, b, true) * static_cast<float>(six_bits(row, b, true));
   }
@@ -107,7 +134,8 @@ QuantWeights make_weights(Format format, std::size_t n_out, std::size_t n_in, un
   std::normal_distribution<float> dist(0.0f, 0.5f);
   std::vector<float> w(n_out * n_in);
   for (float& v : w) v = dist(rng);
-  QuantWeights q{format, n_out, n_in, {}, {}, {}, {}, {}, {}, std::vector<float>(n_out * n_in)};
+  QuantWeights q{
+      format, n_out, n_in, {}, {}, {}, {}, {}, {}, {}, {}, {}, std::vector<float>(n_out * n_in)};
   const std::size_t blocks = n_in / 32;
   if (format == Format::kQ5_K) {
     const std::size_t supers = n_in / 256;
@@ -169,6 +197,34 @@ QuantWeights make_weights(Format format, std::size_t n_out, std::size_t n_in, un
       for (std::uint8_t& c : q.iq4[i].qs) c = static_cast<std::uint8_t>(rng());
     }
     dequantize_row_iq4_nl(q.iq4.data(), q.dequant.data(), n_out * n_in);
+  } else if (format == Format::kQ5_0 || format == Format::kQ4_1 || format == Format::kQ5_1) {
+    // No encoder in hearth: Q4_0's scales (halved for 5 bits), uniformly
+    // random codes and high bits (0 and 31 among them), and a min about the
+    // block's lowest weight (Q4_1, Q5_1) with a random sign.
+    std::vector<BlockQ4_0> q4(n_out * blocks);
+    for (std::size_t r = 0; r < n_out; ++r) quantize_row_q4_0(&w[r * n_in], &q4[r * blocks], n_in);
+    const bool five = format != Format::kQ4_1;
+    auto fill = [&](auto& v) {
+      v.resize(n_out * blocks);
+      for (std::size_t i = 0; i < v.size(); ++i) {
+        const float d = fp16_to_f32(q4[i].d) / (five ? 2.0f : 1.0f);
+        v[i].d = f32_to_fp16(d);
+        for (std::uint8_t& c : v[i].qs) c = static_cast<std::uint8_t>(rng());
+        if constexpr (requires { v[i].qh; })
+          for (std::uint8_t& c : v[i].qh) c = static_cast<std::uint8_t>(rng());
+        if constexpr (requires { v[i].m; }) v[i].m = f32_to_fp16((rng() % 2 ? -16.0f : 3.0f) * d);
+      }
+    };
+    if (format == Format::kQ5_0) {
+      fill(q.q50);
+      dequantize_row_q5_0(q.q50.data(), q.dequant.data(), n_out * n_in);
+    } else if (format == Format::kQ4_1) {
+      fill(q.q41);
+      dequantize_row_q4_1(q.q41.data(), q.dequant.data(), n_out * n_in);
+    } else {
+      fill(q.q51);
+      dequantize_row_q5_1(q.q51.data(), q.dequant.data(), n_out * n_in);
+    }
   } else {
     q.q4.resize(n_out * blocks);
     for (std::size_t r = 0; r < n_out; ++r)
@@ -185,6 +241,9 @@ absl::StatusOr<Linear> make_linear(const QuantWeights& q, Packing packing = {}) 
   if (q.format == Format::kQ6_K) return Linear::from_q6_k(q.q6k.data(), q.n_out, q.n_in, packing);
   if (q.format == Format::kIQ4_NL)
     return Linear::from_iq4_nl(q.iq4.data(), q.n_out, q.n_in, packing);
+  if (q.format == Format::kQ5_0) return Linear::from_q5_0(q.q50.data(), q.n_out, q.n_in, packing);
+  if (q.format == Format::kQ4_1) return Linear::from_q4_1(q.q41.data(), q.n_out, q.n_in, packing);
+  if (q.format == Format::kQ5_1) return Linear::from_q5_1(q.q51.data(), q.n_out, q.n_in, packing);
   return q.format == Format::kQ8_0 ? Linear::from_q8_0(q.q8.data(), q.n_out, q.n_in, packing)
                                    : Linear::from_q4_0(q.q4.data(), q.n_out, q.n_in, packing);
 }
@@ -268,7 +327,7 @@ std::vector<float> spec_forward(const QuantWeights& w, const QuantActs& a, std::
         const float dw = w.d(o, b);
         acc = aq == AQ::kPerToken ? std::fma(static_cast<float>(dot), dw, acc)
                                   : std::fma(static_cast<float>(dot), dw * dx, acc);
-        if (w.k_scaled()) {  // the block's mins, times -sum(q_x)
+        if (w.mins()) {  // the block's mins, times -sum(q_x)
           const float s_b = static_cast<float>(-sum);
           acc = std::fma(w.min(o, b), aq == AQ::kPerToken ? s_b : dx * s_b, acc);
         }
@@ -395,15 +454,13 @@ TEST_P(LinearQuantized, EveryPathMatchesTheSpecificationOnOddShapes) {
     // more product: (2 n_in / 32 + 3) roundings of sum (|d sc q| + |dmin m|) |xq|.
     // Q6_K: two roundings per block as well, of |w| itself.
     std::vector<float> magnitude = w.dequant;
-    if (w.k_scaled())
+    if (w.mins())
       for (std::size_t o = 0; o < s.n_out; ++o)
         for (std::size_t k = 0; k < s.n_in; ++k)
           magnitude[o * s.n_in + k] =
               std::fabs(w.d(o, k / 32) * w.w(o, k)) + std::fabs(w.min(o, k / 32));
     const double roundings =
-        format == Format::kQ4_K || format == Format::kQ5_K || format == Format::kQ6_K
-            ? 2.0 * s.n_in / 32 + 3
-            : s.n_in / 32.0 + 2;
+        w.mins() || format == Format::kQ6_K ? 2.0 * s.n_in / 32 + 3 : s.n_in / 32.0 + 2;
     std::vector<double> exact, abs_sum, unused;
     naive_matmul(w.dequant, a.deq, s.m, s.n_out, s.n_in, &exact, &unused);
     naive_matmul(magnitude, a.deq, s.m, s.n_out, s.n_in, &unused, &abs_sum);
@@ -582,23 +639,27 @@ TEST_P(LinearQuantized, ForwardSameInputEqualsSeparateForwards) {
 }
 
 // The K-quants quantize their input alike, so a Q4_K_M file's Q and K
-// (Q4_K) and V (Q6_K) share one quantization and one decode region.
+// (Q4_K) and V (Q6_K) share one quantization and one decode region; Q4_1
+// and Q5_1 take the same activations (C = 1).
 TEST(Linear, ForwardSameInputSharesTheKQuantsActivations) {
-  for (AQ aq : {AQ::kPerGroup32, AQ::kPerToken})
+  for (AQ aq : {AQ::kPerGroup32, AQ::kPerToken}) {
     expect_same_input_equals_separate({Format::kQ4_K, Format::kQ6_K, Format::kQ5_K}, aq,
                                       "q4_k, q6_k, q5_k");
+    expect_same_input_equals_separate({Format::kQ4_1, Format::kQ5_K, Format::kQ5_1}, aq,
+                                      "q4_1, q5_k, q5_1");
+  }
 }
 
-INSTANTIATE_TEST_SUITE_P(Formats, LinearQuantized,
-                         ::testing::Combine(::testing::Values(Format::kQ8_0, Format::kQ4_0,
-                                                              Format::kQ4_K, Format::kQ5_K,
-                                                              Format::kQ6_K, Format::kIQ4_NL),
-                                            ::testing::Values(AQ::kPerGroup32, AQ::kPerToken)),
-                         [](const auto& info) {
-                           return std::string(format_name(std::get<0>(info.param))) + "_" +
-                                  (std::get<1>(info.param) == AQ::kPerGroup32 ? "PerGroup32"
-                                                                              : "PerToken");
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Formats, LinearQuantized,
+    ::testing::Combine(::testing::Values(Format::kQ8_0, Format::kQ4_0, Format::kQ4_K, Format::kQ5_K,
+                                         Format::kQ6_K, Format::kIQ4_NL, Format::kQ5_0,
+                                         Format::kQ4_1, Format::kQ5_1),
+                       ::testing::Values(AQ::kPerGroup32, AQ::kPerToken)),
+    [](const auto& info) {
+      return std::string(format_name(std::get<0>(info.param))) + "_" +
+             (std::get<1>(info.param) == AQ::kPerGroup32 ? "PerGroup32" : "PerToken");
+    });
 
 // Hints go to workers only where decode splits the rows across the pool.
 TEST(Linear, HintDecodeTellsWorkersOnlyWhenDecodeIsSplit) {
@@ -659,6 +720,17 @@ TEST(Linear, PackedBytesMatchTheGgufSize) {
   absl::StatusOr<Linear> l6 = make_linear(q6k);
   ASSERT_TRUE(l6.ok()) << l6.status();
   EXPECT_EQ(l6->weight_bytes(), 64u * 1024 / 256 * sizeof(BlockQ6_K));
+  // The older types too: Q5_0's and Q5_1's 5-bit q in Q5_K's steps, Q4_1's
+  // and Q5_1's d and m beside them.
+  const std::pair<Format, std::size_t> older[] = {{Format::kQ5_0, sizeof(BlockQ5_0)},
+                                                  {Format::kQ4_1, sizeof(BlockQ4_1)},
+                                                  {Format::kQ5_1, sizeof(BlockQ5_1)}};
+  for (const auto& [format, block_bytes] : older) {
+    absl::StatusOr<Linear> l = make_linear(make_weights(format, 64, 1024, 8));
+    ASSERT_TRUE(l.ok()) << l.status();
+    EXPECT_EQ(l->format(), format);
+    EXPECT_EQ(l->weight_bytes(), 64u * 1024 / 32 * block_bytes) << format_name(format);
+  }
 }
 
 TEST(Linear, F32AndF16MatchANaiveMatmul) {
@@ -768,7 +840,7 @@ TEST(Linear, ScratchExhaustionIsAnErrorNotACrash) {
 TEST(Linear, NoHeapAllocationInForwardAfterWarmUp) {
   ThreadPool pool(2);
   for (Format format : {Format::kQ8_0, Format::kQ4_0, Format::kQ4_K, Format::kQ5_K, Format::kQ6_K,
-                        Format::kIQ4_NL}) {
+                        Format::kIQ4_NL, Format::kQ5_0, Format::kQ4_1, Format::kQ5_1}) {
     const QuantWeights w = make_weights(format, 256, 512, 21);
     absl::StatusOr<Linear> l = make_linear(w);
     ASSERT_TRUE(l.ok());

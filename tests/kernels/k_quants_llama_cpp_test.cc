@@ -189,19 +189,20 @@ void expect_exact_q8_0(const char* file, Convert convert) {
 // from_q5_1) on llama.cpp's blocks: the same checks as the K-quants' above
 // (every path bit-equal; y within the float rounding of a double-precision
 // matmul of llama.cpp's values).
+template <typename Block>
+void expect_blocks_run_natively(const char* file,
+                                absl::StatusOr<Linear> (*from)(const Block*, std::size_t,
+                                                               std::size_t, Packing)) {
+  const auto ref = read_reference<Block>(file, 32);
+  ASSERT_GT(ref.rows, 0u) << file;
+  expect_linear_matches(ref, from(ref.blocks.data(), ref.rows, ref.n_in, Packing()));
+}
+
 TEST(LegacyBlocksFromLlamaCpp, LinearMatchesLlamaCppsWeights) {
-  const auto iq4 = read_reference<BlockIQ4_NL>("iq4_nl_llama_cpp.txt", 32);
-  ASSERT_GT(iq4.rows, 0u);
-  expect_linear_matches(iq4, Linear::from_iq4_nl(iq4.blocks.data(), iq4.rows, iq4.n_in));
-  const auto q41 = read_reference<BlockQ4_1>("q4_1_llama_cpp.txt", 32);
-  ASSERT_GT(q41.rows, 0u);
-  expect_linear_matches(q41, Linear::from_q4_1(q41.blocks.data(), q41.rows, q41.n_in));
-  const auto q50 = read_reference<BlockQ5_0>("q5_0_llama_cpp.txt", 32);
-  ASSERT_GT(q50.rows, 0u);
-  expect_linear_matches(q50, Linear::from_q5_0(q50.blocks.data(), q50.rows, q50.n_in));
-  const auto q51 = read_reference<BlockQ5_1>("q5_1_llama_cpp.txt", 32);
-  ASSERT_GT(q51.rows, 0u);
-  expect_linear_matches(q51, Linear::from_q5_1(q51.blocks.data(), q51.rows, q51.n_in));
+  expect_blocks_run_natively<BlockIQ4_NL>("iq4_nl_llama_cpp.txt", &Linear::from_iq4_nl);
+  expect_blocks_run_natively<BlockQ4_1>("q4_1_llama_cpp.txt", &Linear::from_q4_1);
+  expect_blocks_run_natively<BlockQ5_0>("q5_0_llama_cpp.txt", &Linear::from_q5_0);
+  expect_blocks_run_natively<BlockQ5_1>("q5_1_llama_cpp.txt", &Linear::from_q5_1);
 }
 
 TEST(LegacyBlocksFromLlamaCpp, Q5_0AndIq4NlConvertToQ8_0WithoutLoss) {

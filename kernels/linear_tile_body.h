@@ -517,6 +517,16 @@ void tile_wide(const PackedWeights& w, const QuantizedActivations& a, std::size_
       prefetch_next_super_scales<kF, G>(at.sp, gs, b, a.blocks);
     }
     IVec lo_acc[H][T], hi_acc[H][T];
+    // The 5-bit formats' GEMM tiles (T > 1) sum both halves into lo_acc:
+    // their halves share one scale, and two int32 sums per (unit, token)
+    // would not fit the registers beside the float ones. (The decode tile
+    // keeps the two chains: more independent sums hide the dot product's
+    // latency.)
+    constexpr bool kOneSum = !kSix && T > 1;
+    auto& hi_sum = [&]() -> IVec(&)[H][T] {
+      if constexpr (kOneSum) return lo_acc;
+      return hi_acc;
+    }();
     // Q6_K's halves start at their -32 offsets in the GEMM tiles, and get
     // them at the end in the decode tile: each order measured faster where
     // it is used (docs/performance.md); the sums are the same integers.
@@ -563,7 +573,7 @@ void tile_wide(const PackedWeights& w, const QuantizedActivations& a, std::size_
 #pragma GCC unroll 8
         for (int h = 0; h < H; ++h) {
           lo_acc[h][j] = pair_products(lo_acc[h][j], lo0[h], xl0, lo1[h], xl1);
-          hi_acc[h][j] = pair_products(hi_acc[h][j], hi0[h], xh0, hi1[h], xh1);
+          hi_sum[h][j] = pair_products(hi_sum[h][j], hi0[h], xh0, hi1[h], xh1);
         }
       }
     };
@@ -596,7 +606,7 @@ void tile_wide(const PackedWeights& w, const QuantizedActivations& a, std::size_
                         dmin_super[h], dw, dmin);
 #pragma GCC unroll 8
         for (int j = 0; j < T; ++j) {
-          const Vec fdot = to_float(add_int(lo_acc[h][j], hi_acc[h][j]));
+          const Vec fdot = to_float(kOneSum ? lo_acc[h][j] : add_int(lo_acc[h][j], hi_acc[h][j]));
           facc[h][j] = kPerToken ? fmadd(fdot, dw, facc[h][j])
                                  : fmadd(fdot, mul(dw, set1(dp[j])), facc[h][j]);
           if constexpr (kMins) facc[h][j] = fmadd(dmin, set1(xmin[j]), facc[h][j]);

@@ -1,5 +1,7 @@
 #include "kernels/gguf_legacy_blocks.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 
 #include "kernels/fp16.h"
@@ -23,7 +25,68 @@ int high_code(const std::uint8_t* qs, std::uint32_t qh, std::size_t j) {
   return (qs[j] >> 4) | static_cast<int>(((qh >> (j + kHalf)) & 1u) << 4);
 }
 
+// A block's q (0..levels) for x, as (x - lo) / d rounded to nearest and
+// clamped; id = 1 / d, or 0 for a constant block.
+std::uint8_t level(float x, float lo, float id, int levels) {
+  return static_cast<std::uint8_t>(std::min(levels, static_cast<int>((x - lo) * id + 0.5f)));
+}
+
+// Q4_1 and Q5_1: m = the block's minimum, d = its range / levels.
+template <typename Block>
+void quantize_min_range(const float* x, Block* out, std::size_t n, int levels) {
+  for (std::size_t b = 0; b < n / kQuantGroup; ++b, x += kQuantGroup) {
+    const auto [lo, hi] = std::minmax_element(x, x + kQuantGroup);
+    const float d = (*hi - *lo) / static_cast<float>(levels);
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    out[b].d = f32_to_fp16(d);
+    out[b].m = f32_to_fp16(*lo);
+    std::uint32_t qh = 0;
+    for (std::size_t j = 0; j < kHalf; ++j) {
+      const std::uint8_t q0 = level(x[j], *lo, id, levels);
+      const std::uint8_t q1 = level(x[j + kHalf], *lo, id, levels);
+      out[b].qs[j] = static_cast<std::uint8_t>((q0 & 0x0f) | (q1 & 0x0f) << 4);
+      qh |= static_cast<std::uint32_t>(q0 >> 4) << j | static_cast<std::uint32_t>(q1 >> 4)
+                                                           << (j + kHalf);
+    }
+    if constexpr (requires { out[b].qh; }) std::memcpy(out[b].qh, &qh, sizeof qh);
+  }
+}
+
 }  // namespace
+
+void quantize_row_q4_1(const float* x, BlockQ4_1* out, std::size_t n) {
+  quantize_min_range(x, out, n, 15);
+}
+
+void quantize_row_q5_1(const float* x, BlockQ5_1* out, std::size_t n) {
+  quantize_min_range(x, out, n, 31);
+}
+
+void quantize_row_q5_0(const float* x, BlockQ5_0* out, std::size_t n) {
+  for (std::size_t b = 0; b < n / kQuantGroup; ++b, x += kQuantGroup) {
+    // The signed value of largest magnitude maps to q = 0 (-16 d).
+    float amax = 0.0f, max = 0.0f;
+    for (std::size_t i = 0; i < kQuantGroup; ++i) {
+      if (std::fabs(x[i]) > amax) {
+        amax = std::fabs(x[i]);
+        max = x[i];
+      }
+    }
+    const float d = max / -16.0f;
+    const float id = d != 0.0f ? 1.0f / d : 0.0f;
+    out[b].d = f32_to_fp16(d);
+    std::uint32_t qh = 0;
+    for (std::size_t j = 0; j < kHalf; ++j) {
+      // x / d + 16 = (x - (-16 d)) / d: level() with lo = -16 d.
+      const std::uint8_t q0 = level(x[j], -16.0f * d, id, 31);
+      const std::uint8_t q1 = level(x[j + kHalf], -16.0f * d, id, 31);
+      out[b].qs[j] = static_cast<std::uint8_t>((q0 & 0x0f) | (q1 & 0x0f) << 4);
+      qh |= static_cast<std::uint32_t>(q0 >> 4) << j | static_cast<std::uint32_t>(q1 >> 4)
+                                                           << (j + kHalf);
+    }
+    std::memcpy(out[b].qh, &qh, sizeof qh);
+  }
+}
 
 void dequantize_row_q4_1(const BlockQ4_1* in, float* y, std::size_t n) {
   for (std::size_t b = 0; b < n / kQuantGroup; ++b, y += kQuantGroup) {

@@ -1,8 +1,9 @@
 // The older GGUF block formats (common in files made before K-quants, and
 // llama.cpp's fallback where a K-quant's 256 does not divide a row), which
 // hearth runs natively (kernels/linear.h, kernels/embedding.h): their
-// layouts, scalar decoders, and the exact conversions to Q8_0 of the two
-// that have one (the tests' twin files).
+// layouts, encoders (hearth-model quantize) and scalar decoders, and the
+// exact conversions to Q8_0 of the two that have one (the tests' twin
+// files).
 //
 //   Q4_1:   32 weights = fp16 d, fp16 m, 16 bytes of nibbles;   w = d * q + m
 //   Q5_0:   32 weights = fp16 d, 32 high bits, 16 bytes;        w = d * (q - 16)
@@ -56,7 +57,14 @@ static_assert(sizeof(BlockIQ4_NL) == 18);
 inline constexpr std::int8_t kIq4NlValues[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                                  1,    13,   25,  38,  53,  69,  89,  113};
 
-// n must be a multiple of 32.
+// n must be a multiple of 32. The encoders use the format's usual rule (as
+// llama.cpp's reference quantizer): Q4_1 and Q5_1 map the block's minimum to
+// q = 0 (m) and its range onto 15 or 31 steps (d), rounding to nearest; Q5_0
+// maps the value of largest magnitude to q = 0 (d = that value / -16) and
+// rounds the rest to nearest, clamped to 31.
+void quantize_row_q4_1(const float* x, BlockQ4_1* out, std::size_t n);
+void quantize_row_q5_0(const float* x, BlockQ5_0* out, std::size_t n);
+void quantize_row_q5_1(const float* x, BlockQ5_1* out, std::size_t n);
 void dequantize_row_q4_1(const BlockQ4_1* in, float* y, std::size_t n);
 void dequantize_row_q5_0(const BlockQ5_0* in, float* y, std::size_t n);
 void dequantize_row_q5_1(const BlockQ5_1* in, float* y, std::size_t n);

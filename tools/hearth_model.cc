@@ -4,7 +4,7 @@
 //   hearth-model tokenize FILE [--bos|--no-bos] [--parse-special|--no-parse-special] < text
 //   hearth-model render-chat FILE --messages FILE.json [--template FILE] [--tools FILE.json]
 //                            [--no-generation-prompt]
-//   hearth-model quantize IN OUT --type q8_0|q4_0
+//   hearth-model quantize IN OUT --type q8_0|q4_0|q4_1|q5_0|q5_1
 //   hearth-model perplexity FILE --text FILE [--context N --kv-cache int8|float
 //                           --save-logits FILE | --kl-base FILE]
 //   hearth-model synth OUT [--dim N --layers N --heads N --kv-heads N --ffn N --vocab N --context N
@@ -32,6 +32,7 @@
 #include "engine/tokenizer.h"
 #include "kernels/fp16.h"
 #include "kernels/gguf_blocks.h"
+#include "kernels/gguf_legacy_blocks.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 #include "tools/perplexity.h"
@@ -55,8 +56,8 @@ constexpr const char* kUsage = R"(usage:
       --template FILE                    a Jinja chat template instead of the model's own
       --tools FILE.json                  tool definitions (a JSON list) the template sees
       --no-generation-prompt             end without opening the assistant's turn
-  hearth-model quantize IN OUT --type q8_0|q4_0
-                                         F32/F16/BF16 2-D weights -> Q8_0 or Q4_0; rows whose length is
+  hearth-model quantize IN OUT --type q8_0|q4_0|q4_1|q5_0|q5_1
+                                         F32/F16/BF16 2-D weights -> that type; rows whose length is
                                          not a multiple of 32 stay as they are; 1-D tensors stay F32
   hearth-model perplexity FILE --text FILE [flags]
                                          perplexity of the model over a text (llama.cpp's method:
@@ -239,15 +240,43 @@ std::optional<std::vector<float>> float_data(const engine::GgufTensorInfo& t) {
   return x;
 }
 
+// The block types `hearth-model quantize` writes: GGUF type, general.file_type
+// (llama.cpp's MOSTLY_* value), bytes per 32 weights and the encoder.
+struct QuantizeType {
+  const char* name;
+  GgmlType ggml;
+  std::uint32_t file_type;
+  std::size_t block_bytes;
+  void (*encode)(const float* x, char* out, std::size_t n);
+};
+
+template <typename Block, void (*kEncode)(const float*, Block*, std::size_t)>
+void encode_blocks(const float* x, char* out, std::size_t n) {
+  kEncode(x, reinterpret_cast<Block*>(out), n);
+}
+
+const QuantizeType* quantize_type(const std::string& name) {
+  using namespace kernels;
+  static constexpr QuantizeType kTypes[] = {
+      {"q8_0", GgmlType::kQ8_0, 7, sizeof(BlockQ8_0), encode_blocks<BlockQ8_0, quantize_row_q8_0>},
+      {"q4_0", GgmlType::kQ4_0, 2, sizeof(BlockQ4_0), encode_blocks<BlockQ4_0, quantize_row_q4_0>},
+      {"q4_1", GgmlType::kQ4_1, 3, sizeof(BlockQ4_1), encode_blocks<BlockQ4_1, quantize_row_q4_1>},
+      {"q5_0", GgmlType::kQ5_0, 8, sizeof(BlockQ5_0), encode_blocks<BlockQ5_0, quantize_row_q5_0>},
+      {"q5_1", GgmlType::kQ5_1, 9, sizeof(BlockQ5_1), encode_blocks<BlockQ5_1, quantize_row_q5_1>},
+  };
+  for (const QuantizeType& t : kTypes)
+    if (name == t.name) return &t;
+  return nullptr;
+}
+
 int quantize(int argc, char** argv) {
   hearth::Flags flags("hearth-model quantize", {"type"}, {});
   if (!flags.parse(argc, argv, 2)) return fail(flags.error());
   if (flags.positional().size() != 2)
     return fail("hearth-model quantize: expected IN and OUT files");
-  const std::string type = flags.get("type");
-  if (type != "q8_0" && type != "q4_0")
-    return fail("hearth-model quantize: --type must be q8_0 or q4_0");
-  const bool q8 = type == "q8_0";
+  const QuantizeType* qt = quantize_type(flags.get("type"));
+  if (qt == nullptr)
+    return fail("hearth-model quantize: --type must be q8_0, q4_0, q4_1, q5_0 or q5_1");
   auto f = open(flags.positional()[0]);
   if (!f.ok()) return fail("hearth-model: " + std::string(f.status().message()));
   const auto& g = **f;
@@ -255,12 +284,12 @@ int quantize(int argc, char** argv) {
   for (const auto& kv : g.metadata()) {
     if (kv.key == "general.alignment") continue;  // the writer adds it
     if (kv.key == "general.file_type") {
-      w.add_uint32("general.file_type", q8 ? 7 : 2);  // MOSTLY_Q8_0 / MOSTLY_Q4_0
+      w.add_uint32("general.file_type", qt->file_type);
       continue;
     }
     w.add_value(kv.key, kv.value);
   }
-  if (g.find("general.file_type") == nullptr) w.add_uint32("general.file_type", q8 ? 7 : 2);
+  if (g.find("general.file_type") == nullptr) w.add_uint32("general.file_type", qt->file_type);
   int converted = 0, kept = 0;
   for (const auto& t : g.tensors()) {
     std::vector<std::uint64_t> dims(t.dims, t.dims + t.n_dims);
@@ -274,23 +303,16 @@ int quantize(int argc, char** argv) {
       ++kept;
       continue;
     }
-    std::string out;
-    if (q8) {
-      out.resize(x->size() / 32 * sizeof(kernels::BlockQ8_0));
-      kernels::quantize_row_q8_0(x->data(), reinterpret_cast<kernels::BlockQ8_0*>(out.data()),
-                                 x->size());
-    } else {
-      out.resize(x->size() / 32 * sizeof(kernels::BlockQ4_0));
-      kernels::quantize_row_q4_0(x->data(), reinterpret_cast<kernels::BlockQ4_0*>(out.data()),
-                                 x->size());
-    }
-    w.add_tensor(t.name, dims, q8 ? GgmlType::kQ8_0 : GgmlType::kQ4_0, out);
+    std::string out(x->size() / 32 * qt->block_bytes, '\0');
+    qt->encode(x->data(), out.data(), x->size());
+    w.add_tensor(t.name, dims, qt->ggml, out);
     ++converted;
   }
   if (auto s = w.write(flags.positional()[1]); !s.ok())
     return fail("hearth-model: " + std::string(s.message()));
   std::fprintf(stderr, "hearth-model: wrote %s: %d tensors quantized to %s, %d kept as they were\n",
-               flags.positional()[1].c_str(), converted, q8 ? "Q8_0" : "Q4_0", kept);
+               flags.positional()[1].c_str(), converted, engine::ggml_type_name(qt->ggml).c_str(),
+               kept);
   return 0;
 }
 

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <limits>
@@ -9,6 +10,7 @@
 #include <vector>
 
 #include "kernels/fp16.h"
+#include "kernels/gguf_legacy_blocks.h"
 
 namespace hearth::kernels {
 namespace {
@@ -124,6 +126,75 @@ TEST(GgufBlocks, Q4_0NibbleLayoutMatchesTheFormat) {
     EXPECT_EQ(y[j], static_cast<float>(j - 8));
     EXPECT_EQ(y[j + 16], static_cast<float>(7 - j));
   }
+}
+
+// Q4_1 and Q5_1: the block's minimum is m and its range spans 15 or 31
+// steps, so every value comes back within half a step (plus the fp16
+// rounding of d and m); the minimum and maximum map to q = 0 and q = levels.
+template <typename Block>
+void expect_min_range_round_trip(void (*encode)(const float*, Block*, std::size_t),
+                                 void (*decode)(const Block*, float*, std::size_t), int levels) {
+  std::mt19937 rng(12);
+  std::uniform_real_distribution<float> dist(-1.0f, 3.0f);
+  std::vector<float> x(32 * 6), y(x.size());
+  for (float& v : x) v = dist(rng);
+  std::vector<Block> q(x.size() / 32);
+  encode(x.data(), q.data(), x.size());
+  decode(q.data(), y.data(), x.size());
+  for (std::size_t b = 0; b < q.size(); ++b) {
+    const float d = fp16_to_f32(q[b].d), m = fp16_to_f32(q[b].m);
+    const auto [lo, hi] = std::minmax_element(&x[b * 32], &x[b * 32 + 32]);
+    EXPECT_NEAR(m, *lo, std::fabs(*lo) / 2048 + 1e-7f) << b;
+    EXPECT_NEAR(d, (*hi - *lo) / static_cast<float>(levels), d / 2048 + 1e-7f) << b;
+    for (std::size_t i = 0; i < 32; ++i) {
+      const float tol = 0.5f * d + levels * d / 2048 + std::fabs(m) / 2048 + 1e-6f;
+      ASSERT_NEAR(y[b * 32 + i], x[b * 32 + i], tol) << b << "," << i;
+    }
+    EXPECT_EQ(y[lo - x.data()], m) << "the minimum is q = 0";
+    EXPECT_NEAR(y[hi - x.data()], *hi, levels * d / 2048 + std::fabs(m) / 2048 + 1e-6f);
+  }
+  // A constant block: d = 0, every value m.
+  std::vector<float> same(32, 0.75f), back(32, 0.0f);
+  Block c;
+  encode(same.data(), &c, 32);
+  decode(&c, back.data(), 32);
+  for (float v : back) EXPECT_EQ(v, 0.75f);
+}
+
+TEST(GgufLegacyBlocks, Q4_1AndQ5_1RoundTripWithinHalfAStep) {
+  expect_min_range_round_trip<BlockQ4_1>(quantize_row_q4_1, dequantize_row_q4_1, 15);
+  expect_min_range_round_trip<BlockQ5_1>(quantize_row_q5_1, dequantize_row_q5_1, 31);
+}
+
+TEST(GgufLegacyBlocks, Q5_0RoundTripWithinHalfAStepAndMapsTheExtremeToZero) {
+  std::mt19937 rng(13);
+  std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
+  std::vector<float> x(32 * 6), y(x.size());
+  for (float& v : x) v = dist(rng);
+  x[40] = 5.0f;   // block 1's extreme, positive: d < 0
+  x[70] = -5.0f;  // block 2's, negative: d > 0
+  std::vector<BlockQ5_0> q(x.size() / 32);
+  quantize_row_q5_0(x.data(), q.data(), x.size());
+  dequantize_row_q5_0(q.data(), y.data(), x.size());
+  EXPECT_EQ(fp16_to_f32(q[1].d), 5.0f / -16.0f);
+  EXPECT_EQ(fp16_to_f32(q[2].d), 5.0f / 16.0f);
+  EXPECT_EQ(y[40], 5.0f);
+  EXPECT_EQ(y[70], -5.0f);
+  for (std::size_t b = 0; b < q.size(); ++b) {
+    const float d = std::fabs(fp16_to_f32(q[b].d));
+    // Levels run from -16d to +15d: beyond +15.5 steps (opposite the
+    // extreme) a value is clamped to 31, off by at most one step.
+    for (std::size_t i = 0; i < 32; ++i) {
+      const bool clamped = std::fabs(x[b * 32 + i]) > 15.5f * d;
+      const float tol = (clamped ? 1.0f : 0.5f) * d + 16 * d / 2048 + 1e-6f;
+      ASSERT_NEAR(y[b * 32 + i], x[b * 32 + i], tol) << b << "," << i;
+    }
+  }
+  std::vector<float> zeros(32, 0.0f), back(32, 1.0f);
+  BlockQ5_0 z;
+  quantize_row_q5_0(zeros.data(), &z, 32);
+  dequantize_row_q5_0(&z, back.data(), 32);
+  for (float v : back) EXPECT_EQ(v, 0.0f);
 }
 
 }  // namespace

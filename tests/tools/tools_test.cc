@@ -488,12 +488,14 @@ TEST_F(ToolsTest, TokenizeReadsStdinAndPrintsAJsonArray) {
   EXPECT_EQ(ids({"--no-parse-special"}, "<s>Once</s>"), plain);
 }
 
-TEST_F(ToolsTest, QuantizeWritesLoadableQ8_0AndQ4_0Files) {
+TEST_F(ToolsTest, QuantizeWritesLoadableFilesOfEachType) {
   HEARTH_REQUIRE_SHARED();
   auto src = GgufFile::open(stories());
   ASSERT_TRUE(src.ok()) << src.status();
   for (const auto& [type, ggml, file_type] :
-       {std::tuple{"q8_0", GgmlType::kQ8_0, 7u}, std::tuple{"q4_0", GgmlType::kQ4_0, 2u}}) {
+       {std::tuple{"q8_0", GgmlType::kQ8_0, 7u}, std::tuple{"q4_0", GgmlType::kQ4_0, 2u},
+        std::tuple{"q4_1", GgmlType::kQ4_1, 3u}, std::tuple{"q5_0", GgmlType::kQ5_0, 8u},
+        std::tuple{"q5_1", GgmlType::kQ5_1, 9u}}) {
     SCOPED_TRACE(type);
     const std::string out = path(std::string("stories-") + type + ".gguf").string();
     const ProcessResult r = model({"quantize", stories(), out, "--type", type});
@@ -546,11 +548,22 @@ TEST_F(ToolsTest, QuantizeWritesLoadableQ8_0AndQ4_0Files) {
   EXPECT_EQ(lines.back().get("finish_reason")->str, "length");
   EXPECT_EQ(std::vector<std::int64_t>(got.begin(), got.begin() + 8),
             std::vector<std::int64_t>(ref.ids.begin(), ref.ids.begin() + 8));
+  // The older types' files run (natively) as well.
+  for (const char* type : {"q4_1", "q5_0", "q5_1"}) {
+    const ProcessResult o =
+        generate({"--model", path(std::string("stories-") + type + ".gguf").string(), "--prompt",
+                  "Once upon a time", "--max-tokens", "16", "--ignore-eos", "--json"});
+    ASSERT_EQ(o.exit_code, 0) << type << ": " << o.err;
+    const std::vector<Json> out = json_lines(o.out);
+    ASSERT_FALSE(out.empty()) << type;
+    ASSERT_NE(out.back().get("generated_ids"), nullptr) << type << ": " << o.out;
+    EXPECT_EQ(out.back().get("generated_ids")->ints().size(), 16u) << type;
+  }
 }
 
 TEST_F(ToolsTest, QuantizeRefusesBadArguments) {
   HEARTH_REQUIRE_SHARED();
-  ProcessResult r = model({"quantize", stories(), path("x.gguf").string(), "--type", "q5_1"});
+  ProcessResult r = model({"quantize", stories(), path("x.gguf").string(), "--type", "q2_k"});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("--type"), std::string::npos) << r.err;
   r = model({"quantize", path("missing.gguf").string(), path("x.gguf").string(), "--type", "q8_0"});

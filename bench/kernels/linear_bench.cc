@@ -24,7 +24,6 @@
 #include <memory>
 #include <random>
 #include <string>
-#include <type_traits>
 #include <vector>
 
 #include "bench_support.h"
@@ -85,33 +84,6 @@ void q4_0_blocks_as_iq4_nl(const float* x, kernels::BlockIQ4_NL* y, std::size_t 
   std::memcpy(static_cast<void*>(y), q.data(), q.size() * sizeof(kernels::BlockQ4_0));
 }
 
-// Q4_1, Q5_0 and Q5_1 blocks for timing (hearth has no encoder for them):
-// Q4_0's blocks of x written in the older type, the same values (Q4_1 and
-// Q5_1: m = -8 d, q the nibble; Q5_0: q = nibble + 8).
-template <typename Block>
-void q4_0_blocks_as(const float* x, Block* y, std::size_t n) {
-  std::vector<kernels::BlockQ4_0> q(n / 32);
-  kernels::quantize_row_q4_0(x, q.data(), n);
-  for (std::size_t b = 0; b < q.size(); ++b) {
-    Block out{};
-    out.d = q[b].d;
-    std::uint32_t qh = 0;
-    for (std::size_t j = 0; j < 16; ++j) {
-      unsigned lo = q[b].qs[j] & 0x0f, hi = q[b].qs[j] >> 4;
-      if constexpr (std::is_same_v<Block, kernels::BlockQ5_0>) {
-        lo += 8;
-        hi += 8;
-        qh |= (lo >> 4) << j | (hi >> 4) << (j + 16);
-      }
-      out.qs[j] = static_cast<std::uint8_t>((lo & 0x0f) | (hi & 0x0f) << 4);
-    }
-    if constexpr (requires { out.qh; }) std::memcpy(out.qh, &qh, 4);
-    if constexpr (requires { out.m; })
-      out.m = kernels::f32_to_fp16(-8.0f * kernels::fp16_to_f32(q[b].d));
-    y[b] = out;
-  }
-}
-
 // Packs w (n_out x n_in floats) as `format` each time it is called (as the
 // Packing it is given says), from blocks quantized once: the rotating copies
 // below pack hundreds.
@@ -141,11 +113,11 @@ std::function<absl::StatusOr<Linear>(Packing)> linear_packer(Linear::Format form
     case Linear::Format::kIQ4_NL:
       return packer(q4_0_blocks_as_iq4_nl, 32, &Linear::from_iq4_nl);
     case Linear::Format::kQ5_0:
-      return packer(q4_0_blocks_as<kernels::BlockQ5_0>, 32, &Linear::from_q5_0);
+      return packer(kernels::quantize_row_q5_0, 32, &Linear::from_q5_0);
     case Linear::Format::kQ4_1:
-      return packer(q4_0_blocks_as<kernels::BlockQ4_1>, 32, &Linear::from_q4_1);
+      return packer(kernels::quantize_row_q4_1, 32, &Linear::from_q4_1);
     case Linear::Format::kQ5_1:
-      return packer(q4_0_blocks_as<kernels::BlockQ5_1>, 32, &Linear::from_q5_1);
+      return packer(kernels::quantize_row_q5_1, 32, &Linear::from_q5_1);
     case Linear::Format::kF16: {
       auto h = std::make_shared<std::vector<std::uint16_t>>(n);
       for (std::size_t i = 0; i < n; ++i) (*h)[i] = kernels::f32_to_fp16(w[i]);

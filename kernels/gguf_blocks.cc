@@ -40,17 +40,21 @@ void dequantize_row_q8_0(const BlockQ8_0* in, float* y, std::size_t n) {
   }
 }
 
+float signed_absmax(const float* x, std::size_t n) {
+  float amax = 0.0f, max = 0.0f;
+  for (std::size_t i = 0; i < n; ++i) {
+    if (std::fabs(x[i]) > amax) {
+      amax = std::fabs(x[i]);
+      max = x[i];
+    }
+  }
+  return max;
+}
+
 void quantize_row_q4_0(const float* x, BlockQ4_0* out, std::size_t n) {
   for (std::size_t b = 0; b < n / kQuantGroup; ++b, x += kQuantGroup) {
-    // The signed value of largest magnitude maps to -8, so its sign sets d's.
-    float amax = 0.0f, max = 0.0f;
-    for (std::size_t i = 0; i < kQuantGroup; ++i) {
-      if (std::fabs(x[i]) > amax) {
-        amax = std::fabs(x[i]);
-        max = x[i];
-      }
-    }
-    const float d = max / -8.0f;
+    // The signed value of largest magnitude maps to -8.
+    const float d = signed_absmax(x, kQuantGroup) / -8.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     out[b].d = f32_to_fp16(d);
     for (std::size_t j = 0; j < kQuantGroup / 2; ++j) {

@@ -34,4 +34,9 @@ void dequantize_row_q8_0(const BlockQ8_0* in, float* y, std::size_t n);
 void quantize_row_q4_0(const float* x, BlockQ4_0* out, std::size_t n);
 void dequantize_row_q4_0(const BlockQ4_0* in, float* y, std::size_t n);
 
+// The value of largest magnitude among x[0..n), with its sign (the first of
+// equal magnitudes; 0 for none): Q4_0 and Q5_0 map it to their lowest code,
+// so its sign sets d's.
+float signed_absmax(const float* x, std::size_t n);
+
 }  // namespace hearth::kernels

@@ -65,14 +65,7 @@ void quantize_row_q5_1(const float* x, BlockQ5_1* out, std::size_t n) {
 void quantize_row_q5_0(const float* x, BlockQ5_0* out, std::size_t n) {
   for (std::size_t b = 0; b < n / kQuantGroup; ++b, x += kQuantGroup) {
     // The signed value of largest magnitude maps to q = 0 (-16 d).
-    float amax = 0.0f, max = 0.0f;
-    for (std::size_t i = 0; i < kQuantGroup; ++i) {
-      if (std::fabs(x[i]) > amax) {
-        amax = std::fabs(x[i]);
-        max = x[i];
-      }
-    }
-    const float d = max / -16.0f;
+    const float d = signed_absmax(x, kQuantGroup) / -16.0f;
     const float id = d != 0.0f ? 1.0f / d : 0.0f;
     out[b].d = f32_to_fp16(d);
     std::uint32_t qh = 0;

@@ -90,30 +90,52 @@ TEST(GgufBlocks, Q8_0NonFiniteWeightsGiveZeroCodesOrAreSkipped) {
   EXPECT_EQ(q[1].qs[0], 2);
 }
 
-TEST(GgufBlocks, Q4_0RoundTripWithinHalfAStepAndMapsExtremes) {
+// A block of 32 equal values comes back exactly.
+template <typename Block>
+void expect_constant_block_returns(void (*encode)(const float*, Block*, std::size_t),
+                                   void (*decode)(const Block*, float*, std::size_t), float value) {
+  std::vector<float> same(32, value), back(32, value + 1.0f);
+  Block c;
+  encode(same.data(), &c, 32);
+  decode(&c, back.data(), 32);
+  for (float v : back) EXPECT_EQ(v, value);
+}
+
+// Q4_0 and Q5_0: the signed value of largest magnitude maps to the lowest
+// code (-half d), and every value comes back within half a step (plus the
+// fp16 rounding of d); levels run from -half d to (half - 1) d, so a value
+// beyond half - 0.5 steps on the side opposite the extreme is clamped, off by
+// at most one step. All zeros give d = 0 and come back as zeros.
+template <typename Block>
+void expect_signed_extreme_round_trip(void (*encode)(const float*, Block*, std::size_t),
+                                      void (*decode)(const Block*, float*, std::size_t),
+                                      float half) {
   std::mt19937 rng(11);
   std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
   std::vector<float> x(32 * 5), y(x.size());
   for (float& v : x) v = dist(rng);
-  std::vector<BlockQ4_0> q(x.size() / 32);
-  quantize_row_q4_0(x.data(), q.data(), x.size());
-  dequantize_row_q4_0(q.data(), y.data(), x.size());
+  x[40] = 5.0f;   // block 1's extreme, positive: d < 0
+  x[70] = -5.0f;  // block 2's, negative: d > 0
+  std::vector<Block> q(x.size() / 32);
+  encode(x.data(), q.data(), x.size());
+  decode(q.data(), y.data(), x.size());
+  EXPECT_EQ(fp16_to_f32(q[1].d), 5.0f / -half);
+  EXPECT_EQ(fp16_to_f32(q[2].d), 5.0f / half);
+  EXPECT_EQ(y[40], 5.0f);
+  EXPECT_EQ(y[70], -5.0f);
   for (std::size_t b = 0; b < q.size(); ++b) {
     const float d = std::fabs(fp16_to_f32(q[b].d));
-    // Levels run from -8d to +7d: a value beyond +7.5 steps (on the side
-    // opposite the block's extreme) is clamped to 7 and may be off by one step.
     for (std::size_t i = 0; i < 32; ++i) {
-      const bool clamped = std::fabs(x[b * 32 + i]) > 7.5f * d;
-      const float tol = (clamped ? 1.0f : 0.5f) * d + 8 * d / 2048 + 1e-6f;
+      const bool clamped = std::fabs(x[b * 32 + i]) > (half - 0.5f) * d;
+      const float tol = (clamped ? 1.0f : 0.5f) * d + half * d / 2048 + 1e-6f;
       ASSERT_NEAR(y[b * 32 + i], x[b * 32 + i], tol) << b << "," << i;
     }
   }
-  // All zeros quantise to d = 0 and come back as zeros.
-  std::vector<float> zeros(32, 0.0f), back(32, 1.0f);
-  BlockQ4_0 z;
-  quantize_row_q4_0(zeros.data(), &z, 32);
-  dequantize_row_q4_0(&z, back.data(), 32);
-  for (float v : back) EXPECT_EQ(v, 0.0f);
+  expect_constant_block_returns<Block>(encode, decode, 0.0f);
+}
+
+TEST(GgufBlocks, Q4_0RoundTripWithinHalfAStepAndMapsExtremes) {
+  expect_signed_extreme_round_trip<BlockQ4_0>(quantize_row_q4_0, dequantize_row_q4_0, 8.0f);
 }
 
 TEST(GgufBlocks, Q4_0NibbleLayoutMatchesTheFormat) {
@@ -153,12 +175,7 @@ void expect_min_range_round_trip(void (*encode)(const float*, Block*, std::size_
     EXPECT_EQ(y[lo - x.data()], m) << "the minimum is q = 0";
     EXPECT_NEAR(y[hi - x.data()], *hi, levels * d / 2048 + std::fabs(m) / 2048 + 1e-6f);
   }
-  // A constant block: d = 0, every value m.
-  std::vector<float> same(32, 0.75f), back(32, 0.0f);
-  Block c;
-  encode(same.data(), &c, 32);
-  decode(&c, back.data(), 32);
-  for (float v : back) EXPECT_EQ(v, 0.75f);
+  expect_constant_block_returns<Block>(encode, decode, 0.75f);  // d = 0, every value m
 }
 
 TEST(GgufLegacyBlocks, Q4_1AndQ5_1RoundTripWithinHalfAStep) {
@@ -167,34 +184,7 @@ TEST(GgufLegacyBlocks, Q4_1AndQ5_1RoundTripWithinHalfAStep) {
 }
 
 TEST(GgufLegacyBlocks, Q5_0RoundTripWithinHalfAStepAndMapsTheExtremeToZero) {
-  std::mt19937 rng(13);
-  std::uniform_real_distribution<float> dist(-3.0f, 3.0f);
-  std::vector<float> x(32 * 6), y(x.size());
-  for (float& v : x) v = dist(rng);
-  x[40] = 5.0f;   // block 1's extreme, positive: d < 0
-  x[70] = -5.0f;  // block 2's, negative: d > 0
-  std::vector<BlockQ5_0> q(x.size() / 32);
-  quantize_row_q5_0(x.data(), q.data(), x.size());
-  dequantize_row_q5_0(q.data(), y.data(), x.size());
-  EXPECT_EQ(fp16_to_f32(q[1].d), 5.0f / -16.0f);
-  EXPECT_EQ(fp16_to_f32(q[2].d), 5.0f / 16.0f);
-  EXPECT_EQ(y[40], 5.0f);
-  EXPECT_EQ(y[70], -5.0f);
-  for (std::size_t b = 0; b < q.size(); ++b) {
-    const float d = std::fabs(fp16_to_f32(q[b].d));
-    // Levels run from -16d to +15d: beyond +15.5 steps (opposite the
-    // extreme) a value is clamped to 31, off by at most one step.
-    for (std::size_t i = 0; i < 32; ++i) {
-      const bool clamped = std::fabs(x[b * 32 + i]) > 15.5f * d;
-      const float tol = (clamped ? 1.0f : 0.5f) * d + 16 * d / 2048 + 1e-6f;
-      ASSERT_NEAR(y[b * 32 + i], x[b * 32 + i], tol) << b << "," << i;
-    }
-  }
-  std::vector<float> zeros(32, 0.0f), back(32, 1.0f);
-  BlockQ5_0 z;
-  quantize_row_q5_0(zeros.data(), &z, 32);
-  dequantize_row_q5_0(&z, back.data(), 32);
-  for (float v : back) EXPECT_EQ(v, 0.0f);
+  expect_signed_extreme_round_trip<BlockQ5_0>(quantize_row_q5_0, dequantize_row_q5_0, 16.0f);
 }
 
 }  // namespace

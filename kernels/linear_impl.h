@@ -190,10 +190,11 @@ struct PackedWeights {
 //   bias and d (kPerGroup32): the value of block b of the tile's token j is at
 //     [p * TT * blocks + b * n + j];
 //     bias = -C * (sum of that block's q), where C is the weight format's
-//     unsigned bias (kQ8Bias or kQ4Bias): the int32 that starts each block's
-//     dot product on the stored unsigned weights, so that sum(stored_w * q) +
-//     bias = sum(w * q) (paths that recover the signed weights, Q8_0 without
-//     VNNI, ignore it);
+//     unsigned bias (kQ8Bias, kQ4Bias or kQ5Bias): the int32 that starts each
+//     block's dot product on the stored unsigned weights, so that
+//     sum(stored_w * q) + bias = sum(w * q) (paths that recover the signed
+//     weights, Q8_0 without VNNI, ignore it); for the formats with mins and
+//     Q6_K, C = 1 and bias = -sum(q), the sum their offsets multiply;
 //     d = the block's float scale.
 //   d (kPerToken): d[t], one scale per token.
 struct QuantizedActivations {

@@ -253,15 +253,17 @@ inline __attribute__((always_inline)) void prefetch_decode_blocks(const std::uin
   }
 }
 
-// Decode (one token) only, Q4_K and Q5_K: at a super-block's start, fetches
-// into L1 the next super-block's scales of the tile's G row groups (group
-// stride gs), a short stream of their own beside the blocks' that the
-// hardware prefetcher is late to (Q6_K, which reads its d every block, ran
-// no faster with it: docs/performance.md).
+// Decode (one token) only: fetches into L1 the scales ahead of block b's in
+// the tile's G row groups (group stride gs), a short stream of their own
+// beside the blocks' that the hardware prefetcher is late to. Q4_K and Q5_K
+// take the next super-block's at a super-block's start; the formats with a
+// scale per block (32 or 64 bytes) the line kScaleLinesAhead lines on, once
+// per line. (Q6_K, which reads its d every block, ran no faster with it, and
+// Q8_0's blocks leave the hardware prefetcher time: docs/performance.md.)
+inline constexpr std::size_t kScaleLinesAhead = 8;
 template <WeightFormat kF, int G>
-inline __attribute__((always_inline)) void prefetch_next_super_scales(const std::uint8_t* sp,
-                                                                      std::size_t gs, std::size_t b,
-                                                                      std::size_t blocks) {
+inline __attribute__((always_inline)) void prefetch_scales(const std::uint8_t* sp, std::size_t gs,
+                                                           std::size_t b, std::size_t blocks) {
   if constexpr (kF == WeightFormat::kQ4_K || kF == WeightFormat::kQ5_K) {
     if (b % kBlocksPerSuper != 0 || b + kBlocksPerSuper >= blocks) return;
 #pragma GCC unroll 4
@@ -270,6 +272,12 @@ inline __attribute__((always_inline)) void prefetch_next_super_scales(const std:
       for (std::size_t c = 0; c < kQ4KSuperScaleBytes / 64; ++c)
         _mm_prefetch(reinterpret_cast<const char*>(sp + i * gs + kQ4KSuperScaleBytes + 64 * c),
                      _MM_HINT_T0);
+  } else if constexpr (kF != WeightFormat::kQ6_K && kF != WeightFormat::kQ8_0) {
+    constexpr std::size_t kBytes = block_mins(kF) ? kBlockMinScaleBytes : kScaleBytes;
+    if (b * kBytes % 64 != 0) return;  // the line was fetched with an earlier block's
+#pragma GCC unroll 4
+    for (int i = 0; i < G; ++i)
+      _mm_prefetch(reinterpret_cast<const char*>(sp + i * gs + 64 * kScaleLinesAhead), _MM_HINT_T0);
   }
 }
 
@@ -322,7 +330,7 @@ void tile_blocks(const PackedWeights& w, const QuantizedActivations& a, std::siz
     if constexpr (kNibbles) {
       if (prefetch_blocks) {
         prefetch_decode_blocks<G, kBlockBytes, kQ4DecodePrefetchBlocks>(wp, gs);
-        prefetch_next_super_scales<kF, G>(at.sp, gs, b, a.blocks);
+        prefetch_scales<kF, G>(at.sp, gs, b, a.blocks);
       }
     }
     if constexpr (kNibbles && !kLookup) {
@@ -514,7 +522,7 @@ void tile_wide(const PackedWeights& w, const QuantizedActivations& a, std::size_
     unpack_super_scales<kF, G>(at.sp, gs, b, k_scales);
     if (prefetch_blocks) {
       prefetch_decode_blocks<G, kBlockBytes, kWideDecodePrefetchBlocks>(wp, gs);
-      prefetch_next_super_scales<kF, G>(at.sp, gs, b, a.blocks);
+      prefetch_scales<kF, G>(at.sp, gs, b, a.blocks);
     }
     IVec lo_acc[H][T], hi_acc[H][T];
     // The 5-bit formats' GEMM tiles (T > 1) sum both halves into lo_acc:

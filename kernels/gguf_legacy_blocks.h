@@ -62,6 +62,11 @@ inline constexpr std::int8_t kIq4NlValues[16] = {-127, -104, -83, -65, -49, -35,
 // q = 0 (m) and its range onto 15 or 31 steps (d), rounding to nearest; Q5_0
 // maps the value of largest magnitude to q = 0 (d = that value / -16) and
 // rounds the rest to nearest, clamped to 31.
+// The 32 q of a Q5_0 or Q5_1 block, q[j] for weight j: its nibble of qs
+// with bit j of qh as bit 4 (the layout above).
+void five_bit_codes(const std::uint8_t qs[kQuantGroup / 2], const std::uint8_t qh[4],
+                    std::uint8_t q[kQuantGroup]);
+
 void quantize_row_q4_1(const float* x, BlockQ4_1* out, std::size_t n);
 void quantize_row_q5_0(const float* x, BlockQ5_0* out, std::size_t n);
 void quantize_row_q5_1(const float* x, BlockQ5_1* out, std::size_t n);

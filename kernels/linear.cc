@@ -403,17 +403,11 @@ absl::StatusOr<Linear> Linear::from_q6_k(const BlockQ6_K* w, std::size_t n_out, 
 }
 
 namespace {
-// A Q5_0 or Q5_1 block's 5-bit q (the nibble and its bit of qh, GGUF's
-// pairing: byte j holds inputs j and j + 16) in Q5_K's steps.
+// A Q5_0 or Q5_1 block's 5-bit q in Q5_K's steps.
 template <typename Block>
 void place_five_bits(const Block& src, std::uint8_t* dst) {
-  std::uint32_t qh;
-  std::memcpy(&qh, src.qh, sizeof qh);  // little-endian, as GGUF
   std::uint8_t q[kQuantGroup];
-  for (std::size_t j = 0; j < kQuantGroup / 2; ++j) {
-    q[j] = static_cast<std::uint8_t>((src.qs[j] & 0x0f) | ((qh >> j) & 1u) << 4);
-    q[j + 16] = static_cast<std::uint8_t>((src.qs[j] >> 4) | ((qh >> (j + 16)) & 1u) << 4);
-  }
+  five_bit_codes(src.qs, src.qh, q);
   place_k_block<Linear::Format::kQ5_K>(q, dst);
 }
 }  // namespace

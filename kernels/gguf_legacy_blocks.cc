@@ -116,24 +116,4 @@ void dequantize_row_iq4_nl(const BlockIQ4_NL* in, float* y, std::size_t n) {
   }
 }
 
-void convert_row_q5_0_to_q8_0(const BlockQ5_0* in, BlockQ8_0* out, std::size_t n) {
-  for (std::size_t b = 0; b < n / kQuantGroup; ++b) {
-    out[b].d = in[b].d;
-    std::uint8_t q[kQuantGroup];
-    five_bit_codes(in[b].qs, in[b].qh, q);
-    for (std::size_t j = 0; j < kQuantGroup; ++j)
-      out[b].qs[j] = static_cast<std::int8_t>(q[j] - 16);
-  }
-}
-
-void convert_row_iq4_nl_to_q8_0(const BlockIQ4_NL* in, BlockQ8_0* out, std::size_t n) {
-  for (std::size_t b = 0; b < n / kQuantGroup; ++b) {
-    out[b].d = in[b].d;
-    for (std::size_t j = 0; j < kHalf; ++j) {
-      out[b].qs[j] = kIq4NlValues[in[b].qs[j] & 0x0f];
-      out[b].qs[j + kHalf] = kIq4NlValues[in[b].qs[j] >> 4];
-    }
-  }
-}
-
 }  // namespace hearth::kernels

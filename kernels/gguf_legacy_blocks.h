@@ -1,9 +1,7 @@
 // The older GGUF block formats (common in files made before K-quants, and
 // llama.cpp's fallback where a K-quant's 256 does not divide a row), which
 // hearth runs natively (kernels/linear.h, kernels/embedding.h): their
-// layouts, encoders (hearth-model quantize) and scalar decoders, and the
-// exact conversions to Q8_0 of the two that have one (the tests' twin
-// files).
+// layouts, encoders (hearth-model quantize) and scalar decoders.
 //
 //   Q4_1:   32 weights = fp16 d, fp16 m, 16 bytes of nibbles;   w = d * q + m
 //   Q5_0:   32 weights = fp16 d, 32 high bits, 16 bytes;        w = d * (q - 16)
@@ -14,10 +12,6 @@
 // its high one; the 5-bit types take weight j's fifth bit from bit j of the
 // 32-bit word qh (little-endian).
 //
-// Q5_0 and IQ4_NL are Q8_0 blocks in disguise (the same fp16 scale times an
-// integer in [-127, 127]), so their conversion loses nothing: it gives the
-// same floats bit for bit. Q4_1 and Q5_1 carry an offset m, which Q8_0
-// cannot hold.
 #pragma once
 
 #include <cstddef>
@@ -74,9 +68,5 @@ void dequantize_row_q4_1(const BlockQ4_1* in, float* y, std::size_t n);
 void dequantize_row_q5_0(const BlockQ5_0* in, float* y, std::size_t n);
 void dequantize_row_q5_1(const BlockQ5_1* in, float* y, std::size_t n);
 void dequantize_row_iq4_nl(const BlockIQ4_NL* in, float* y, std::size_t n);
-
-// Exact conversions (see above).
-void convert_row_q5_0_to_q8_0(const BlockQ5_0* in, BlockQ8_0* out, std::size_t n);
-void convert_row_iq4_nl_to_q8_0(const BlockIQ4_NL* in, BlockQ8_0* out, std::size_t n);
 
 }  // namespace hearth::kernels

@@ -24,6 +24,7 @@
 #include "kernels/gguf_legacy_blocks.h"
 #include "memory/thread_temp_allocator.h"
 #include "tests/support/gguf_rewrite.h"
+#include "tests/support/q8_0_twins.h"
 #include "tests/support/shared_data.h"
 #include "tests/support/temp_dir_test.h"
 
@@ -866,7 +867,7 @@ TEST_F(ModelFiles, OlderBlockTypesRunNatively) {
          kernels::dequantize_row_q5_0(reinterpret_cast<const kernels::BlockQ5_0*>(b), y, n);
        },
        [](const std::uint8_t* b, kernels::BlockQ8_0* q, std::size_t n) {
-         kernels::convert_row_q5_0_to_q8_0(reinterpret_cast<const kernels::BlockQ5_0*>(b), q, n);
+         hearth::testing::q5_0_to_q8_0(reinterpret_cast<const kernels::BlockQ5_0*>(b), q, n);
        },
        kernels::DType::kQ5_0},
       {GgmlType::kQ5_1, 24,
@@ -879,8 +880,7 @@ TEST_F(ModelFiles, OlderBlockTypesRunNatively) {
          kernels::dequantize_row_iq4_nl(reinterpret_cast<const kernels::BlockIQ4_NL*>(b), y, n);
        },
        [](const std::uint8_t* b, kernels::BlockQ8_0* q, std::size_t n) {
-         kernels::convert_row_iq4_nl_to_q8_0(reinterpret_cast<const kernels::BlockIQ4_NL*>(b), q,
-                                             n);
+         hearth::testing::iq4_nl_to_q8_0(reinterpret_cast<const kernels::BlockIQ4_NL*>(b), q, n);
        },
        kernels::DType::kIQ4_NL},
   };

@@ -20,6 +20,7 @@
 #include "kernels/gguf_legacy_blocks.h"
 #include "kernels/linear.h"
 #include "memory/caching_allocator.h"
+#include "tests/support/q8_0_twins.h"
 
 namespace hearth::kernels {
 namespace {
@@ -173,7 +174,8 @@ TEST(LegacyBlocksFromLlamaCpp, DecodeToLlamaCppsValues) {
   expect_decodes<BlockIQ4_NL>("iq4_nl_llama_cpp.txt", dequantize_row_iq4_nl);
 }
 
-// Q5_0 and IQ4_NL become Q8_0 blocks that decode to the same floats.
+// Q5_0 and IQ4_NL written as Q8_0 blocks (tests/support/q8_0_twins.h, the
+// model test's twin files) decode to the same floats.
 template <typename Block, typename Convert>
 void expect_exact_q8_0(const char* file, Convert convert) {
   const auto ref = read_reference<Block>(file, 32);
@@ -206,8 +208,8 @@ TEST(LegacyBlocksFromLlamaCpp, LinearMatchesLlamaCppsWeights) {
 }
 
 TEST(LegacyBlocksFromLlamaCpp, Q5_0AndIq4NlConvertToQ8_0WithoutLoss) {
-  expect_exact_q8_0<BlockQ5_0>("q5_0_llama_cpp.txt", convert_row_q5_0_to_q8_0);
-  expect_exact_q8_0<BlockIQ4_NL>("iq4_nl_llama_cpp.txt", convert_row_iq4_nl_to_q8_0);
+  expect_exact_q8_0<BlockQ5_0>("q5_0_llama_cpp.txt", hearth::testing::q5_0_to_q8_0);
+  expect_exact_q8_0<BlockIQ4_NL>("iq4_nl_llama_cpp.txt", hearth::testing::iq4_nl_to_q8_0);
 }
 
 }  // namespace

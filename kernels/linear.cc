@@ -102,6 +102,13 @@ std::size_t packed_block_bytes(Linear::Format f) {
   }
 }
 
+// Bytes of a row group's scales per block, in the formats with a scale per
+// block (Q4_1 and Q5_1: d, then -m).
+std::size_t packed_block_scale_bytes(Linear::Format f) {
+  return f == Linear::Format::kQ4_1 || f == Linear::Format::kQ5_1 ? internal::kBlockMinScaleBytes
+                                                                  : kScaleBytes;
+}
+
 // C of the activations a quantized format reads (QuantizedActivations::bias
 // = -C * sum(q)): the unsigned bias of its stored weights (Q8_0, Q4_0, Q5_0;
 // IQ4_NL's looked-up bytes are Q8_0's), or 1 for the K-quants, Q4_1 and
@@ -168,9 +175,7 @@ absl::StatusOr<Linear> Linear::allocate_packed(Format format, std::size_t n_out,
                                         ? blocks / kBlocksPerSuper * kQ4KSuperScaleBytes
                                     : format == Format::kQ6_K
                                         ? blocks / kBlocksPerSuper * kQ6KSuperScaleBytes
-                                    : format == Format::kQ4_1 || format == Format::kQ5_1
-                                        ? blocks * internal::kBlockMinScaleBytes
-                                        : blocks * kScaleBytes;
+                                        : blocks * packed_block_scale_bytes(format);
     l.scales_offset_ = blocks * block_bytes;  // block_bytes is a multiple of 64
     l.group_stride_ = l.scales_offset_ + round_up(scale_bytes, 64);
   }
@@ -229,17 +234,16 @@ absl::StatusOr<Linear> Linear::pack_blocks(Format format, const Block* w, std::s
   HEARTH_ASSIGN_OR_RETURN(auto l, allocate_packed(format, n_out, n_in, packing.region));
   const std::size_t blocks = n_in / kQuantGroup;
   const std::size_t block_bytes = packed_block_bytes(format);
-  constexpr bool kMin = requires(const Block& b) { b.m; };
-  constexpr std::size_t kBlockScales = kMin ? internal::kBlockMinScaleBytes : kScaleBytes;
+  const std::size_t block_scales = packed_block_scale_bytes(format);
   const std::size_t scales_offset = l.scales_offset_;
   l.pack_groups(packing.pool, [&](std::uint8_t* group, std::size_t row0, std::size_t rows) {
     for (std::size_t r = 0; r < rows; ++r) {
       for (std::size_t b = 0; b < blocks; ++b) {
         const Block& src = w[(row0 + r) * blocks + b];
         place(src, group + b * block_bytes + r * 4);
-        std::uint8_t* scales = group + scales_offset + b * kBlockScales;
+        std::uint8_t* scales = group + scales_offset + b * block_scales;
         std::memcpy(scales + 2 * r, &src.d, 2);
-        if constexpr (kMin) {  // -m: the fp16's sign bit flipped (exact)
+        if constexpr (requires { src.m; }) {  // -m: the fp16's sign bit flipped (exact)
           const std::uint16_t negated = src.m ^ 0x8000u;
           std::memcpy(scales + kScaleBytes + 2 * r, &negated, 2);
         }

@@ -89,7 +89,7 @@ void half_tile(const PackedWeights& w, const QuantizedActivations& a, std::size_
                std::size_t half, std::size_t tile, float* y, std::size_t ldy) {
   constexpr bool kWide = five_bit(kF) || kF == WeightFormat::kQ6_K;
   constexpr bool kMins = has_mins(kF);
-  constexpr bool kSuperMins = kF == WeightFormat::kQ4_K || kF == WeightFormat::kQ5_K;
+  constexpr bool kSuperMins = super_mins(kF);
   constexpr std::size_t kBlockBytes = kF == WeightFormat::kQ6_K ? kQ6BlockBytes
                                       : five_bit(kF)            ? kQ5BlockBytes
                                                                 : kQ4BlockBytes;

@@ -54,10 +54,13 @@ inline constexpr std::size_t kBlockMinScaleBytes = 64;
 constexpr bool block_mins(WeightFormat f) {
   return f == WeightFormat::kQ4_1 || f == WeightFormat::kQ5_1;
 }
-// Formats whose blocks subtract a min in float (their stored q carry no bias).
-constexpr bool has_mins(WeightFormat f) {
-  return f == WeightFormat::kQ4_K || f == WeightFormat::kQ5_K || block_mins(f);
+// Q4_K and Q5_K: d and dmin per super-block, 6-bit scales and mins per
+// block (the layout below).
+constexpr bool super_mins(WeightFormat f) {
+  return f == WeightFormat::kQ4_K || f == WeightFormat::kQ5_K;
 }
+// Formats whose blocks subtract a min in float (their stored q carry no bias).
+constexpr bool has_mins(WeightFormat f) { return super_mins(f) || block_mins(f); }
 // Formats whose q are 5 bits wide, in Q5_K's five steps (kQ5BlockBytes).
 constexpr bool five_bit(WeightFormat f) {
   return f == WeightFormat::kQ5_K || f == WeightFormat::kQ5_0 || f == WeightFormat::kQ5_1;

@@ -74,7 +74,7 @@ void matmul(const PackedWeights& w, const QuantizedActivations& a, std::size_t g
             std::size_t t0, std::size_t t1, float* y, std::size_t ldy) {
   constexpr bool kNibbles = kF != WeightFormat::kQ8_0;
   constexpr bool kFive = five_bit(kF);
-  constexpr bool kSuper = kF == WeightFormat::kQ4_K || kF == WeightFormat::kQ5_K;
+  constexpr bool kSuper = super_mins(kF);
   // IQ4_NL's nibbles are indices: its stored bytes are looked up (C = 128).
   auto stored = [](int nibble) {
     return kF == WeightFormat::kIQ4_NL ? static_cast<int>(kIq4NlStored[nibble]) : nibble;

@@ -78,7 +78,7 @@ inline __attribute__((always_inline)) void unit_scales(const std::uint8_t* group
                                                        const std::uint8_t* group_k, int u,
                                                        std::size_t b, Vec d, Vec dmin_super,
                                                        Vec& dw, Vec& dmin) {
-  if constexpr (kF == WeightFormat::kQ4_K || kF == WeightFormat::kQ5_K) {
+  if constexpr (super_mins(kF)) {
     const std::size_t sc = kGroupRows * (b % kBlocksPerSuper) + kLanes * u;
     dw = mul(d, load_u8(group_k + sc));
     dmin = mul(dmin_super, load_u8(group_k + kUnpackedKScaleBytes / 2 + sc));
@@ -99,7 +99,7 @@ inline __attribute__((always_inline)) void load_super_scales(const std::uint8_t*
   constexpr int kUnits = static_cast<int>(kGroupRows / kLanes);
   // (Q6_K reads its d per block: holding it costs its tile more than the
   // load, measured by bench_kernels' BM_HotGemv.)
-  if constexpr (kF == WeightFormat::kQ4_K || kF == WeightFormat::kQ5_K) {
+  if constexpr (super_mins(kF)) {
     if (b % kBlocksPerSuper == 0)
 #pragma GCC unroll 8
       for (int h = 0; h < H; ++h) super_scales(sp + (h / kUnits) * gs, h % kUnits, d[h], dmin[h]);
@@ -111,7 +111,7 @@ template <WeightFormat kF, int G>
 inline __attribute__((always_inline)) void unpack_super_scales(const std::uint8_t* sp,
                                                                std::size_t gs, std::size_t b,
                                                                std::uint8_t* k) {
-  if constexpr (kF == WeightFormat::kQ4_K || kF == WeightFormat::kQ5_K) {
+  if constexpr (super_mins(kF)) {
     if (b % kBlocksPerSuper == 0)
 #pragma GCC unroll 4
       for (int i = 0; i < G; ++i) unpack_k_scales(sp + i * gs, k + i * kUnpackedKScaleBytes);
@@ -133,7 +133,7 @@ inline __attribute__((always_inline)) IVec stored_step(const std::uint8_t* u, in
 // Where block b + 1's scales start, given block b's.
 template <WeightFormat kF>
 inline const std::uint8_t* next_scales(const std::uint8_t* sp, std::size_t b) {
-  if constexpr (kF == WeightFormat::kQ4_K || kF == WeightFormat::kQ5_K)
+  if constexpr (super_mins(kF))
     return (b + 1) % kBlocksPerSuper == 0 ? sp + kQ4KSuperScaleBytes : sp;
   if constexpr (block_mins(kF)) return sp + kBlockMinScaleBytes;
   return sp + kScaleBytes;
@@ -264,7 +264,7 @@ inline constexpr std::size_t kScaleLinesAhead = 8;
 template <WeightFormat kF, int G>
 inline __attribute__((always_inline)) void prefetch_scales(const std::uint8_t* sp, std::size_t gs,
                                                            std::size_t b, std::size_t blocks) {
-  if constexpr (kF == WeightFormat::kQ4_K || kF == WeightFormat::kQ5_K) {
+  if constexpr (super_mins(kF)) {
     if (b % kBlocksPerSuper != 0 || b + kBlocksPerSuper >= blocks) return;
 #pragma GCC unroll 4
     for (int i = 0; i < G; ++i)

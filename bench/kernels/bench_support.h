@@ -28,6 +28,11 @@ double stream_read_gbps(std::size_t threads);
 // on a machine whose bandwidth drifts with its neighbours' load.
 double stream_read_gbps_now(std::size_t threads, int reads);
 
+// The read bandwidth of `bytes` that stay in the last-level cache between
+// reads (a few MB: a level the DRAM of the machine running this may not
+// reach), best of `reads` reads after one that brings them in.
+double resident_read_gbps(std::size_t bytes, std::size_t threads, int reads);
+
 // n draws of N(0, 1) from std::mt19937(seed): the same inputs every run.
 std::vector<float> random_floats(std::size_t n, std::uint32_t seed);
 

@@ -171,8 +171,8 @@ std::string fmt(const char* f, double a, double b = 0, double c = 0) {
 }
 
 // Seconds per forward of `m` rows, each iteration on the next of `copies`
-// (none left in L2 by the call before; from DRAM unless the copies are
-// few), after one warm-up call.
+// (from DRAM when they total more than the caches hold, as BM_DecodeGemv's
+// do), after one warm-up call.
 double seconds_per_rotating_call(benchmark::State& state, std::vector<Linear>& copies,
                                  std::size_t m, std::size_t threads) {
   kernels::ThreadPool& pool = bench_pool(threads);

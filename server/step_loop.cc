@@ -111,8 +111,23 @@ absl::StatusOr<RunResult> StepLoop::run(engine::Module& instance, std::size_t in
   return a.result;
 }
 
+void StepLoop::publish_kv_in_use() {
+  std::size_t kv = 0;
+  for (const Active* a : active_)
+    if (a != nullptr) kv += a->sequence->position();
+  kv_in_use_.store(kv, std::memory_order_relaxed);
+}
+
 void StepLoop::retire(Active& a, RunResult::Ended ended, absl::Status status) {
-  a.sequence->cancel(a.emit);  // no-op when it finished by itself
+  // The gauge without `a` before its caller wakes, whatever the loop does
+  // next (it may run no step for a while: the sequences left may all wait
+  // for their clients).
+  publish_kv_in_use();
+  // No-op when it finished by itself. Else the text it held back goes out:
+  // one piece, for which its sink still has room (a step needs room for
+  // kPiecesPerStep and hands over one piece unless it ends the sequence),
+  // so the loop does not wait for a stalled client here.
+  a.sequence->cancel(a.emit);
   const Clock::time_point now = Clock::now();
   a.result.ended = ended;
   if (a.sampled) {
@@ -205,22 +220,22 @@ void StepLoop::loop() {
     // 1. Calls that are over leave before the step.
     const Clock::time_point now = Clock::now();
     for (Active*& a : active_) {
+      RunResult::Ended ended;
       if (a->aborted->load(std::memory_order_acquire)) {
-        retire(*a, RunResult::Ended::kAborted, absl::OkStatus());
+        ended = RunResult::Ended::kAborted;
       } else if (now >= a->call->deadline) {
-        retire(*a, RunResult::Ended::kDeadline, absl::OkStatus());
+        ended = RunResult::Ended::kDeadline;
       } else if (a->sink->failed() || (a->call->cancelled && a->call->cancelled())) {
-        retire(*a, RunResult::Ended::kCancelled, absl::OkStatus());
+        ended = RunResult::Ended::kCancelled;
       } else {
         continue;
       }
-      a = nullptr;
+      Active& leaving = *a;
+      a = nullptr;  // out of the active set before retire() counts it
+      retire(leaving, ended, absl::OkStatus());
     }
     std::erase(active_, nullptr);
-    if (active_.empty()) {
-      kv_in_use_.store(0, std::memory_order_relaxed);
-      continue;
-    }
+    if (active_.empty()) continue;
 
     // 2. The step's rows: decode tokens first, then prompt chunks in what
     // is left of the budget (schedule_prompts).
@@ -281,18 +296,14 @@ void StepLoop::loop() {
       observer_->on_step(model_, inputs_.size(), rows, engine::seconds_between(t0, Clock::now()));
 
     // 4. Finished sequences go back to their callers.
-    std::size_t kv = 0;
     for (Active*& a : active_) {
-      if (a == nullptr) continue;  // ended on an error above
-      if (a->sequence->finished()) {
-        retire(*a, RunResult::Ended::kFinished, absl::OkStatus());
-        a = nullptr;
-      } else {
-        kv += a->sequence->position();
-      }
+      if (a == nullptr || !a->sequence->finished()) continue;  // (nullptr: ended on an error)
+      Active& leaving = *a;
+      a = nullptr;
+      retire(leaving, RunResult::Ended::kFinished, absl::OkStatus());
     }
     std::erase(active_, nullptr);
-    kv_in_use_.store(kv, std::memory_order_relaxed);
+    publish_kv_in_use();
   }
 }
 

@@ -132,8 +132,11 @@ class StepLoop {
   struct Active;
   StepLoop() = default;
   void loop();
-  // Ends `a` as `ended` / with `status` and wakes its run().
+  // Ends `a` (no longer in active_) as `ended` / with `status` and wakes its
+  // run(), the KV gauge already without it.
   void retire(Active& a, RunResult::Ended ended, absl::Status status);
+  // Stores the KV positions of active_'s sequences (nullptr entries skipped).
+  void publish_kv_in_use();
   // Takes the sequences handed over into the active set, each after its
   // instance's cache got the prompt's longest cached prefix.
   void take_in(std::vector<Active*>& arrived);

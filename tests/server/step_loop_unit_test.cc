@@ -382,5 +382,93 @@ TEST(StepLoopUnit, PromptsShareTheRowsTheDecodersLeave) {
     EXPECT_LE(shapes[i].second, 4u) << "step " << i << " ran past the budget";
 }
 
+// A client that stops reading: its sink takes `capacity` pieces and then has
+// no room, until give_up() makes it report the stream gone. stalled() waits
+// until it can take no step's pieces (so its sequence is not stepped).
+class StalledSink final : public PieceSink {
+ public:
+  explicit StalledSink(std::size_t capacity) : capacity_(capacity) {}
+  bool has_room(std::size_t pieces) const override {
+    std::lock_guard lock(mu_);
+    return taken_ + pieces <= capacity_;
+  }
+  void piece(std::string_view, std::int32_t, const PieceLogprobs*) override {
+    std::lock_guard lock(mu_);
+    ++taken_;
+    overflowed_ = overflowed_ || taken_ > capacity_;
+    cv_.notify_all();
+  }
+  bool failed() const override { return gone_.load(); }
+  void stalled(std::size_t step_pieces) {
+    std::unique_lock lock(mu_);
+    cv_.wait(lock, [&] { return taken_ + step_pieces > capacity_; });
+  }
+  void give_up() { gone_.store(true); }
+  bool overflowed() const {
+    std::lock_guard lock(mu_);
+    return overflowed_;
+  }
+
+ private:
+  const std::size_t capacity_;
+  mutable std::mutex mu_;
+  std::condition_variable cv_;
+  std::size_t taken_ = 0;    // guarded by mu_
+  bool overflowed_ = false;  // guarded by mu_
+  std::atomic<bool> gone_{false};
+};
+
+// The KV gauge (hearth_model_kv_positions_used) drops a cancelled sequence's
+// positions by the time its call returns, even when the only sequence left
+// waits for a stalled client, so the loop runs no step that would count
+// again.
+TEST(StepLoopUnit, ACancelledSequenceLeavesTheKvGaugeWhileTheOthersWait) {
+  ModelRegistry registry({demo_spec(2, 16)});
+  ASSERT_TRUE(registry.load_all(nullptr, false, {}, nullptr).ok());
+  absl::StatusOr<ModelPool*> pool = registry.find("demo");
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  const StepLoop& loop = (*pool)->step_loop();
+  RequestPath path(registry, RequestPathOptions{});
+
+  // The stalled stream: a short prompt, three pieces taken, then no room.
+  StalledSink stalled(3);
+  absl::Status stalled_status;
+  std::thread stalled_client([&] { stalled_status = generate(path, stalled, "once upon", 400); });
+  stalled.stalled(2);
+
+  // The cancelled one: cancelled by its client once it has 40 tokens.
+  constexpr std::size_t kCancelAt = 40;
+  std::atomic<std::size_t> tokens{0};
+  PieceWriter writer;
+  writer.begin([&](std::string_view, std::int32_t token, const PieceLogprobs*) {
+    if (token >= 0) tokens.fetch_add(1);
+    return true;
+  });
+  GenerateCall call;
+  call.method = "Generate";
+  call.model = "demo";
+  call.request.prompt = "the cancelled one";
+  call.request.max_tokens = 400;
+  call.request.ignore_eos = true;
+  CallContext context;
+  context.cancelled = [&] { return tokens.load() >= kCancelAt; };
+  RequestRecord record;
+  PieceWriterSink sink(writer);
+  const absl::Status cancelled = path.generate(call, sink, context, record).status();
+  writer.finish();
+  EXPECT_EQ(cancelled.code(), absl::StatusCode::kCancelled) << cancelled;
+  // Its cache held more than kCancelAt positions; the stalled one's holds
+  // its prompt and its first sampled token.
+  const std::size_t kv = loop.kv_positions_in_use();
+  EXPECT_GT(kv, 0u);
+  EXPECT_LT(kv, 20u) << "the cancelled sequence's positions are still counted";
+
+  stalled.give_up();
+  stalled_client.join();
+  EXPECT_EQ(stalled_status.code(), absl::StatusCode::kCancelled) << stalled_status;
+  EXPECT_FALSE(stalled.overflowed()) << "a piece was handed to a sink that had no room";
+  EXPECT_EQ(loop.kv_positions_in_use(), 0u);
+}
+
 }  // namespace
 }  // namespace hearth::server

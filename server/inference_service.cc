@@ -173,7 +173,7 @@ grpc::Status InferenceService::check_auth(const grpc::ServerContext& context) co
 
 grpc::Status InferenceService::run(grpc::ServerContext* context,
                                    const grpc::ByteBuffer& request_bytes, const char* method,
-                                   GenerateStream* writer, hearth::v1::CompleteResponse* complete) {
+                                   GenerateStream* writer, CompleteStream* complete) {
   CallsInFlight::Scope in_flight(calls_);
   RequestRecord record;
   record.method = method;
@@ -198,6 +198,7 @@ grpc::Status InferenceService::run(grpc::ServerContext* context,
   std::optional<PieceWriterPool::Borrowed> piece_writer;
   std::optional<PieceWriterSink> stream_sink;
   std::optional<CompleteSink> complete_sink;
+  hearth::v1::CompleteResponse complete_msg;
   PieceSink* sink = nullptr;
   if (writer != nullptr) {
     piece_writer.emplace(writers_.take());
@@ -216,7 +217,7 @@ grpc::Status InferenceService::run(grpc::ServerContext* context,
         });
     sink = &stream_sink.emplace(**piece_writer);
   } else {
-    sink = &complete_sink.emplace(*complete);
+    sink = &complete_sink.emplace(complete_msg);
   }
   absl::StatusOr<GenerateOutcome> outcome =
       call.is_chat ? path_.chat(call.chat, *sink, call_context, record)
@@ -241,14 +242,16 @@ grpc::Status InferenceService::run(grpc::ServerContext* context,
   t->set_prefill_tokens_per_s(outcome->prefill_tokens_per_s);
   t->set_decode_tokens_per_s(outcome->decode_tokens_per_s);
   t->set_total_s(outcome->total_s);
+  bool written = false;
   if (complete != nullptr) {
-    *complete->mutable_done() = std::move(done);
+    *complete_msg.mutable_done() = std::move(done);
+    written = complete->Write(complete_msg);
   } else {
     hearth::v1::GenerateResponse last;
     *last.mutable_done() = std::move(done);
-    if (!writer->Write(last))
-      return finish(grpc::Status(grpc::StatusCode::CANCELLED, "the client went away"));
+    written = writer->Write(last);
   }
+  if (!written) return finish(grpc::Status(grpc::StatusCode::CANCELLED, "the client went away"));
   return finish(grpc::Status::OK);
 }
 
@@ -304,11 +307,7 @@ grpc::Status InferenceService::unary(grpc::ServerContext* context, CompleteStrea
   grpc::ByteBuffer request;
   if (!stream->Read(&request))
     return grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "request: no message received");
-  hearth::v1::CompleteResponse response;
-  grpc::Status s = run(context, request, method, nullptr, &response);
-  if (s.ok() && !stream->Write(response))
-    return grpc::Status(grpc::StatusCode::CANCELLED, "the client went away");
-  return s;
+  return run(context, request, method, nullptr, stream);
 }
 
 grpc::Status InferenceService::answer_tokenize(grpc::ServerContext* context,

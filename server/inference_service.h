@@ -89,10 +89,10 @@ class InferenceService final : public hearth::v1::Inference::Service {
   grpc::Status streamed(grpc::ServerContext* context, GenerateStream* stream, const char* method);
   grpc::Status unary(grpc::ServerContext* context, CompleteStream* stream, const char* method);
   // One generation; `stream` (Generate, Chat) or `complete` (Complete,
-  // ChatComplete) gets the output.
+  // ChatComplete) gets the output. The call is recorded with the status the
+  // client gets, a failed last write included.
   grpc::Status run(grpc::ServerContext* context, const grpc::ByteBuffer& request_bytes,
-                   const char* method, GenerateStream* stream,
-                   hearth::v1::CompleteResponse* complete);
+                   const char* method, GenerateStream* stream, CompleteStream* complete);
 
   ModelRegistry& registry_;
   const ServiceOptions options_;

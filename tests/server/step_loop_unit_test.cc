@@ -392,10 +392,11 @@ class StalledSink final : public PieceSink {
     std::lock_guard lock(mu_);
     return taken_ + pieces <= capacity_;
   }
-  void piece(std::string_view, std::int32_t, const PieceLogprobs*) override {
+  void piece(std::string_view text, std::int32_t token, const PieceLogprobs*) override {
     std::lock_guard lock(mu_);
     ++taken_;
     overflowed_ = overflowed_ || taken_ > capacity_;
+    flushed_ = flushed_ || (token < 0 && !text.empty());
     cv_.notify_all();
   }
   bool failed() const override { return gone_.load(); }
@@ -408,6 +409,11 @@ class StalledSink final : public PieceSink {
     std::lock_guard lock(mu_);
     return overflowed_;
   }
+  // Whether text held back until the end came (a piece without a token).
+  bool flushed_held_text() const {
+    std::lock_guard lock(mu_);
+    return flushed_;
+  }
 
  private:
   const std::size_t capacity_;
@@ -415,6 +421,7 @@ class StalledSink final : public PieceSink {
   std::condition_variable cv_;
   std::size_t taken_ = 0;    // guarded by mu_
   bool overflowed_ = false;  // guarded by mu_
+  bool flushed_ = false;     // guarded by mu_
   std::atomic<bool> gone_{false};
 };
 
@@ -468,6 +475,54 @@ TEST(StepLoopUnit, ACancelledSequenceLeavesTheKvGaugeWhileTheOthersWait) {
   EXPECT_EQ(stalled_status.code(), absl::StatusCode::kCancelled) << stalled_status;
   EXPECT_FALSE(stalled.overflowed()) << "a piece was handed to a sink that had no room";
   EXPECT_EQ(loop.kv_positions_in_use(), 0u);
+}
+
+// Collects the text of each sampled token's piece.
+class PieceTexts final : public PieceSink {
+ public:
+  bool has_room(std::size_t) const override { return true; }
+  bool failed() const override { return false; }
+  void piece(std::string_view text, std::int32_t token, const PieceLogprobs*) override {
+    if (token >= 0) texts.emplace_back(text);
+  }
+  std::vector<std::string> texts;
+};
+
+// A sequence ended from outside (here its client goes away) hands its sink
+// the text it held back, one piece more than its steps did: the loop steps a
+// sequence only while its sink has room for a step's pieces, so that one
+// always fits and the loop never waits for a stalled client (a PieceWriter
+// would block its thread, and every sequence of the model with it). The
+// stop string holds back the stalled sequence's last pieces (they are a
+// prefix of it), so the end has text to flush.
+TEST(StepLoopUnit, AnEndedSequencesHeldBackTextFitsItsStalledSink) {
+  ModelRegistry registry({demo_spec(1, 16)});
+  ASSERT_TRUE(registry.load_all(nullptr, false, {}, nullptr).ok());
+  RequestPath path(registry, RequestPathOptions{});
+  PieceTexts first;
+  ASSERT_TRUE(generate(path, first, "once upon", 3).ok());
+  ASSERT_EQ(first.texts.size(), 3u);
+  ASSERT_FALSE(first.texts[1].empty());
+
+  StalledSink stalled(3);
+  GenerateCall call;
+  call.method = "Generate";
+  call.model = "demo";
+  call.request.prompt = "once upon";
+  call.request.max_tokens = 400;
+  call.request.ignore_eos = true;
+  call.request.stop = {first.texts[1] + first.texts[2] + "#~#"};
+  absl::Status status;
+  std::thread client([&] {
+    RequestRecord record;
+    status = path.generate(call, stalled, CallContext{}, record).status();
+  });
+  stalled.stalled(2);
+  stalled.give_up();
+  client.join();
+  EXPECT_EQ(status.code(), absl::StatusCode::kCancelled) << status;
+  EXPECT_TRUE(stalled.flushed_held_text()) << "no text was held back: the test shows nothing";
+  EXPECT_FALSE(stalled.overflowed()) << "the held-back text went to a sink that had no room";
 }
 
 }  // namespace

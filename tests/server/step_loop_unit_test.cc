@@ -222,18 +222,28 @@ ModelSpec demo_spec(std::size_t instances, std::size_t step_tokens) {
   return spec;
 }
 
-// One greedy Generate of `max_tokens` tokens (EOS ignored) through `path`,
-// its pieces to `sink`.
-absl::Status generate(RequestPath& path, PieceSink& sink, std::string prompt,
-                      std::size_t max_tokens) {
+// A greedy Generate of `max_tokens` tokens (EOS ignored) on the demo model.
+GenerateCall greedy_call(std::string prompt, std::size_t max_tokens) {
   GenerateCall call;
   call.method = "Generate";
   call.model = "demo";
   call.request.prompt = std::move(prompt);
   call.request.max_tokens = max_tokens;
   call.request.ignore_eos = true;
+  return call;
+}
+
+// `call` through `path`, its pieces to `sink`.
+absl::Status generate(RequestPath& path, PieceSink& sink, const GenerateCall& call,
+                      const CallContext& context = {}) {
   RequestRecord record;
-  return path.generate(call, sink, CallContext{}, record).status();
+  return path.generate(call, sink, context, record).status();
+}
+
+// One greedy_call through `path`, its pieces to `sink`.
+absl::Status generate(RequestPath& path, PieceSink& sink, std::string prompt,
+                      std::size_t max_tokens) {
+  return generate(path, sink, greedy_call(std::move(prompt), max_tokens));
 }
 
 // The same, its pieces to `writer`, which it finishes.
@@ -451,17 +461,11 @@ TEST(StepLoopUnit, ACancelledSequenceLeavesTheKvGaugeWhileTheOthersWait) {
     if (token >= 0) tokens.fetch_add(1);
     return true;
   });
-  GenerateCall call;
-  call.method = "Generate";
-  call.model = "demo";
-  call.request.prompt = "the cancelled one";
-  call.request.max_tokens = 400;
-  call.request.ignore_eos = true;
   CallContext context;
   context.cancelled = [&] { return tokens.load() >= kCancelAt; };
-  RequestRecord record;
   PieceWriterSink sink(writer);
-  const absl::Status cancelled = path.generate(call, sink, context, record).status();
+  const absl::Status cancelled =
+      generate(path, sink, greedy_call("the cancelled one", 400), context);
   writer.finish();
   EXPECT_EQ(cancelled.code(), absl::StatusCode::kCancelled) << cancelled;
   // Its cache held more than kCancelAt positions; the stalled one's holds
@@ -505,18 +509,10 @@ TEST(StepLoopUnit, AnEndedSequencesHeldBackTextFitsItsStalledSink) {
   ASSERT_FALSE(first.texts[1].empty());
 
   StalledSink stalled(3);
-  GenerateCall call;
-  call.method = "Generate";
-  call.model = "demo";
-  call.request.prompt = "once upon";
-  call.request.max_tokens = 400;
-  call.request.ignore_eos = true;
+  GenerateCall call = greedy_call("once upon", 400);
   call.request.stop = {first.texts[1] + first.texts[2] + "#~#"};
   absl::Status status;
-  std::thread client([&] {
-    RequestRecord record;
-    status = path.generate(call, stalled, CallContext{}, record).status();
-  });
+  std::thread client([&] { status = generate(path, stalled, call); });
   stalled.stalled(2);
   stalled.give_up();
   client.join();

@@ -248,6 +248,10 @@ TEST_F(ChatTest, BadFieldsAreInvalidArgumentNamingThem) {
   cases.push_back({"tools not JSON", tools, "tools: not valid JSON"});
   tools.set_tools("{}");
   cases.push_back({"tools not a list", tools, "tools: must be a JSON array"});
+  // A million levels (2 MB) would overflow the handler's stack when the
+  // parsed list is copied into the template's context.
+  tools.set_tools(std::string(1000000, '[') + std::string(1000000, ']'));
+  cases.push_back({"tools nested deep", tools, "tools: nested deeper than 512 levels"});
   v1::ChatRequest kwargs = chat_request("stories", {{"user", "x"}});
   kwargs.set_template_kwargs("[1]");
   cases.push_back({"kwargs not an object", kwargs, "template_kwargs"});

@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <random>
 
+#include "base/status_macros.h"
 #include "base/str_cat.h"
 #include "httplib.h"
 #include "nlohmann/json.hpp"
@@ -96,21 +97,51 @@ bool peer_closed(int fd) {
   return poll(&p, 1, 0) == 1 && (p.revents & (POLLRDHUP | POLLHUP | POLLERR)) != 0;
 }
 
-// The call's deadline from X-Request-Timeout or X-Stainless-Timeout
-// (seconds); max() when neither is given.
-absl::StatusOr<Clock::time_point> deadline_of(const httplib::Request& req) {
-  for (const char* header : {"X-Request-Timeout", "X-Stainless-Timeout"}) {
-    if (!req.has_header(header)) continue;
-    const std::string value = req.get_header_value(header);
-    char* end = nullptr;
-    const double seconds = std::strtod(value.c_str(), &end);
-    if (end == value.c_str() || *end != '\0' || !(seconds > 0) || seconds > 86400 * 365)
-      return absl::InvalidArgumentError(
-          str_cat(header, ": '", value, "' is not a number of seconds in (0, 31536000]"));
-    return Clock::now() +
-           std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+// Until when a call may wait for an instance, and until when it may run.
+struct Deadlines {
+  Clock::time_point admission = Clock::time_point::max();
+  Clock::time_point call = Clock::time_point::max();
+};
+
+// `header`'s value in seconds: more than 0 (or 0 itself when zero_allowed)
+// and at most a year.
+absl::StatusOr<double> header_seconds(const httplib::Request& req, const char* header,
+                                      bool zero_allowed) {
+  const std::string value = req.get_header_value(header);
+  char* end = nullptr;
+  const double seconds = std::strtod(value.c_str(), &end);
+  const bool low_ok = zero_allowed ? seconds >= 0 : seconds > 0;
+  if (end == value.c_str() || *end != '\0' || !low_ok || !(seconds <= 86400 * 365))
+    return absl::InvalidArgumentError(str_cat(header, ": '", value,
+                                              "' is not a number of seconds in ",
+                                              zero_allowed ? "[0" : "(0", ", 31536000]"));
+  return seconds;
+}
+
+Clock::time_point seconds_from_now(double seconds) {
+  return Clock::now() +
+         std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+}
+
+// The call's deadlines. X-Request-Timeout (seconds) bounds the whole call.
+// X-Stainless-Timeout is the timeout of OpenAI's SDKs, which they stop
+// counting once the response's headers arrive: it bounds a unary call
+// (whose headers come with its answer) but only the admission of a stream
+// (whose headers come first), and 0 (the SDKs' whole seconds of a timeout
+// under one) leaves the call to the client's own clock.
+absl::StatusOr<Deadlines> deadlines_of(const httplib::Request& req, bool stream) {
+  Deadlines d;
+  if (req.has_header("X-Request-Timeout")) {
+    HEARTH_ASSIGN_OR_RETURN(const double s, header_seconds(req, "X-Request-Timeout", false));
+    d.admission = d.call = seconds_from_now(s);
+  } else if (req.has_header("X-Stainless-Timeout")) {
+    HEARTH_ASSIGN_OR_RETURN(const double s, header_seconds(req, "X-Stainless-Timeout", true));
+    if (s > 0) {
+      d.admission = seconds_from_now(s);
+      if (!stream) d.call = d.admission;
+    }
   }
-  return Clock::time_point::max();
+  return d;
 }
 
 absl::Status check_auth(const httplib::Request& req, const std::string& token) {
@@ -235,7 +266,8 @@ absl::StatusOr<int> HttpFrontEnd::start() {
   // The POST endpoints read their own bodies: httplib would cap a body
   // declared as a form (curl -d's default type) at its compiled-in 8 KB with
   // a 413, and every endpoint here reads JSON whatever the declared type.
-  // --max-message-bytes still bounds every body (set_payload_max_length).
+  // --max-message-bytes still bounds every body (set_payload_max_length for
+  // a declared length, generate() for the others).
   auto post = [&s, this](const char* pattern, Endpoint endpoint) {
     s.Post(pattern, [this, endpoint](const httplib::Request& req, httplib::Response& res,
                                      const httplib::ContentReader& read) {
@@ -371,13 +403,23 @@ void HttpFrontEnd::generate(const httplib::Request& req, const httplib::ContentR
                       "request body: multipart form data is not accepted here; send a JSON object"),
                   res);
   std::string body;
+  // httplib holds a declared Content-Length to the limit, but reads chunked
+  // bodies, and inflates gzip or brotli ones, without one: the limit is kept
+  // here, on the bytes as they arrive (inflated).
+  bool too_large = false;
   if (!read([&](const char* data, std::size_t n) {
-        body.append(data, n);
-        return true;
+        too_large = n > options_.max_body_bytes - body.size();
+        if (!too_large) body.append(data, n);
+        return !too_large;
       })) {
     // httplib has set the refusal's status (too large, cut short), which the
     // error handler words; the client may be gone, so the response may
-    // never be written (and logged): it is not waited for.
+    // never be written (and logged): it is not waited for. The rest of a
+    // body that was too large is not read: the connection closes.
+    if (too_large) {
+      res.status = 413;
+      res.set_header("Connection", "close");
+    }
     response_written();
     return;
   }
@@ -386,10 +428,10 @@ void HttpFrontEnd::generate(const httplib::Request& req, const httplib::ContentR
       openai::parse_request(endpoint, body, options_.max_tokens_limit, seeds());
   if (!request.ok()) return refuse(record, request.status(), res);
   record.method = chat ? request->chat.method : request->generate.method;
-  absl::StatusOr<Clock::time_point> deadline = deadline_of(req);
-  if (!deadline.ok()) return refuse(record, deadline.status(), res);
+  absl::StatusOr<Deadlines> deadlines = deadlines_of(req, request->stream);
+  if (!deadlines.ok()) return refuse(record, deadlines.status(), res);
 
-  call->context.deadline = *deadline;
+  call->context.deadline = deadlines->admission;
   if (const int fd = connection_socket(req); fd >= 0)
     call->context.cancelled = [fd] { return peer_closed(fd); };
   absl::StatusOr<std::unique_ptr<Admission>> admission =
@@ -410,6 +452,7 @@ void HttpFrontEnd::generate(const httplib::Request& req, const httplib::ContentR
   }
   call->include_usage = request->include_usage;
   call->admission = std::move(*admission);
+  call->context.deadline = deadlines->call;
   res.set_header("Cache-Control", "no-cache");
   res.set_chunked_content_provider(
       "text/event-stream",
@@ -435,10 +478,13 @@ void HttpFrontEnd::stream(StreamCall& call, httplib::DataSink& sink) {
 
   PieceWriterPool::Borrowed writer = writers_.take();
   const openai::ResponseHead& head = call.head;
-  writer->begin([&head, &send](std::string_view text, std::int32_t, const PieceLogprobs* lp) {
-    const std::string event = openai::piece_event(head, text, lp);
-    return event.empty() || send(event);
-  });
+  std::size_t text_sent = 0;  // the writer thread's
+  writer->begin(
+      [&head, &send, &text_sent](std::string_view text, std::int32_t, const PieceLogprobs* lp) {
+        const std::string event = openai::piece_event(head, text, lp, text_sent);
+        text_sent += text.size();
+        return event.empty() || send(event);
+      });
   PieceWriterSink pieces(*writer);
   absl::StatusOr<GenerateOutcome> outcome =
       path_.execute(std::move(call.admission), pieces, call.context, call.record);

@@ -6,6 +6,7 @@
 #include <limits>
 #include <optional>
 
+#include "base/json_nesting.h"
 #include "base/status_macros.h"
 #include "base/str_cat.h"
 #include "engine/unicode.h"
@@ -161,6 +162,12 @@ absl::Status read_common(const Json& body, std::size_t max_tokens_limit,
       return invalid(str_cat("top_k: ", *top_k, " is out of range: allowed [0, vocabulary]"));
     s.top_k = static_cast<std::int32_t>(*top_k);
   }
+  // OpenAI takes top_p in [0, 1]: a nucleus of no probability mass is the
+  // most likely token alone (the sampler's top_p must be above 0).
+  if (s.top_p == 0.0f) {
+    s.top_p = 1.0f;
+    s.top_k = 1;
+  }
   HEARTH_ASSIGN_OR_RETURN(std::optional<std::int64_t> seed, integer(body, "seed"));
   // -1 asks for a random seed, as llama.cpp's server reads it; other values
   // are used as given (a negative one as its two's complement).
@@ -284,9 +291,22 @@ absl::Status read_chat(const Json& body, std::size_t max_tokens_limit, std::uint
   HEARTH_ASSIGN_OR_RETURN(std::optional<bool> generation_prompt,
                           boolean(body, "add_generation_prompt"));
   c.add_generation_prompt = generation_prompt.value_or(true);
+  if (field(body, "functions") != nullptr || field(body, "function_call") != nullptr)
+    return invalid("functions: not supported (OpenAI's older form; send tools)");
+  // The template offers the tools and the model decides ("auto"); "none"
+  // leaves them out of the prompt. Forcing a call needs a grammar hearth
+  // does not build from tools, so it is refused rather than ignored.
+  bool offer_tools = true;
+  if (const Json* choice = field(body, "tool_choice"); choice != nullptr) {
+    if (*choice == "none")
+      offer_tools = false;
+    else if (*choice != "auto")
+      return invalid(str_cat("tool_choice: ", dump(*choice),
+                             " is not supported (only \"auto\" and \"none\")"));
+  }
   if (const Json* tools = field(body, "tools"); tools != nullptr) {
     if (!tools->is_array()) return invalid("tools: must be an array");
-    c.tools = *tools;
+    if (offer_tools) c.tools = *tools;
   }
   if (const Json* kwargs = field(body, "chat_template_kwargs"); kwargs != nullptr) {
     if (!kwargs->is_object()) return invalid("chat_template_kwargs: must be an object");
@@ -397,6 +417,8 @@ absl::StatusOr<Request> parse_request(Endpoint endpoint, std::string_view body,
                                       std::size_t max_tokens_limit, std::uint64_t default_seed) {
   if (const std::size_t bad = engine::first_invalid_utf8(body); bad < body.size())
     return invalid(str_cat("request body: not valid UTF-8 (byte ", bad, ")"));
+  if (json_nested_deeper_than(body, kMaxRequestJsonNesting))
+    return invalid(str_cat("request body: nested deeper than ", kMaxRequestJsonNesting, " levels"));
   Json json = Json::parse(body, nullptr, false);
   if (json.is_discarded()) {
     // Parse again to learn where and why (the non-throwing parse says neither).
@@ -470,7 +492,7 @@ std::string role_event(const ResponseHead& head) {
 }
 
 std::string piece_event(const ResponseHead& head, std::string_view text,
-                        const PieceLogprobs* logprobs) {
+                        const PieceLogprobs* logprobs, std::size_t text_offset) {
   if (logprobs == nullptr && text.empty()) return "";
   Json out = head_json(head, true);
   Json choice = {{"index", 0}};
@@ -482,7 +504,7 @@ std::string piece_event(const ResponseHead& head, std::string_view text,
                                                   &logprobs->values)})}};
   } else {
     choice["text"] = text;
-    if (logprobs != nullptr) lp = completion_logprobs(*logprobs, 0);
+    if (logprobs != nullptr) lp = completion_logprobs(*logprobs, text_offset);
   }
   choice["logprobs"] = std::move(lp);
   choice["finish_reason"] = nullptr;

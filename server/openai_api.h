@@ -84,8 +84,10 @@ class ResponseBuilder {
 // "data: {...}\n\n".
 std::string role_event(const ResponseHead& head);  // chat's first chunk: the assistant role
 // One piece; empty when there is nothing to send (no text, no logprobs).
+// `text_offset`: the bytes of text the stream sent before it (a completion's
+// logprobs give it, as the unary response's do).
 std::string piece_event(const ResponseHead& head, std::string_view text,
-                        const PieceLogprobs* logprobs);
+                        const PieceLogprobs* logprobs, std::size_t text_offset);
 std::string finish_event(const ResponseHead& head, const GenerateOutcome& outcome);
 std::string usage_event(const ResponseHead& head, const GenerateOutcome& outcome);
 // An error after the stream began (the status line already went out).

@@ -218,6 +218,21 @@ describe("hearth-server --auth-token: the API through the openai SDK", () => {
     }
   });
 
+  test("completions logprobs streamed: the same entries, text_offset counting on", T, async () => {
+    const params = { model: MODEL, prompt: PROMPT, max_tokens: 10, temperature: 0, logprobs: 2 };
+    const unary = (await openai.completions.create(params)).choices[0].logprobs;
+    const chunks = await collect(await openai.completions.create({ ...params, stream: true }));
+    const streamed = { tokens: [], text_offset: [] };
+    for (const c of chunks) {
+      const lp = c.choices[0]?.logprobs;
+      if (!lp) continue;
+      streamed.tokens.push(...lp.tokens);
+      streamed.text_offset.push(...lp.text_offset);
+    }
+    assert.deepEqual(streamed.tokens, unary.tokens);
+    assert.deepEqual(streamed.text_offset, unary.text_offset);
+  });
+
   test("response_format json_schema: the reply parses and validates", T, async () => {
     const schema = {
       type: "object",

@@ -97,11 +97,11 @@ class RawConnection {
     }
     return ok();
   }
-  // A whole POST with a JSON body.
-  bool post(const std::string& path, const Json& body) {
+  // A whole POST with a JSON body (and `headers`, each "Name: value\r\n").
+  bool post(const std::string& path, const Json& body, const std::string& headers = "") {
     const std::string b = body.dump();
     return send_all("POST " + path +
-                    " HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n" +
+                    " HTTP/1.1\r\nHost: test\r\nContent-Type: application/json\r\n" + headers +
                     "Content-Length: " + std::to_string(b.size()) + "\r\n\r\n" + b);
   }
   // Reads until `needle` has arrived (true), the peer closes or `timeout`
@@ -265,6 +265,37 @@ TEST_F(ServerHttpTest, HugeBodiesMalformedJsonAndInvalidUtf8AreRefused) {
   ASSERT_TRUE(huge);
   EXPECT_EQ(huge->status, 413);
   EXPECT_FALSE(Json::parse(huge->body, nullptr, false).is_discarded()) << huge->body;
+  // Chunked, the length undeclared: held to the same limit as it arrives.
+  auto chunked = http_client(server_.http_address())
+                     ->Post(
+                         "/v1/completions",
+                         [](std::size_t offset, httplib::DataSink& sink) {
+                           const std::string chunk(10000, ' ');
+                           if (offset < 100000) return sink.write(chunk.data(), chunk.size());
+                           sink.done();
+                           return true;
+                         },
+                         "application/json");
+  ASSERT_TRUE(chunked);
+  EXPECT_EQ(chunked->status, 413);
+  EXPECT_EQ(Json::parse(chunked->body, nullptr, false)["error"]["message"],
+            "request body: larger than the server's limit (--max-message-bytes)")
+      << chunked->body;
+  const std::string within(60000, ' ');
+  auto chunked_within = http_client(server_.http_address())
+                            ->Post(
+                                "/v1/completions",
+                                [&](std::size_t offset, httplib::DataSink& sink) {
+                                  if (offset == 0) {
+                                    const std::string b = kShort.dump() + within;
+                                    return sink.write(b.data(), b.size());
+                                  }
+                                  sink.done();
+                                  return true;
+                                },
+                                "application/json");
+  ASSERT_TRUE(chunked_within);
+  EXPECT_EQ(chunked_within->status, 200) << chunked_within->body;
 
   // A body declared as a form (curl -d's default) is read as JSON too, past
   // the 8 KB that httplib allows forms, and within --max-message-bytes.
@@ -306,6 +337,53 @@ TEST_F(ServerHttpTest, HugeBodiesMalformedJsonAndInvalidUtf8AreRefused) {
   // The server is unharmed.
   const HttpAnswer fine = post(*client_, "/v1/completions", kShort);
   EXPECT_EQ(fine.status, 200) << fine.body;
+}
+
+// A body nested a million levels deep (2 MB of brackets in a schema) is
+// refused before it is parsed: copying it recursed until the handler's
+// stack ran out, and the server died.
+TEST_F(ServerHttpTest, DeeplyNestedBodyIsRefusedAndTheServerLives) {
+  start();
+  const std::string body =
+      R"({"model": "slow", "prompt": "x", "response_format": {"type": "json_schema",
+      "json_schema": {"name": "p", "schema": )" +
+      std::string(1000000, '[') + std::string(1000000, ']') + "}}}";
+  auto deep = client_->Post("/v1/completions", body, "application/json");
+  ASSERT_TRUE(deep);
+  EXPECT_EQ(deep->status, 400);
+  EXPECT_EQ(Json::parse(deep->body, nullptr, false)["error"]["message"],
+            "request body: nested deeper than 512 levels")
+      << deep->body;
+  const HttpAnswer fine = post(*client_, "/v1/completions", kShort);
+  EXPECT_EQ(fine.status, 200) << fine.body;
+}
+
+// X-Stainless-Timeout is the OpenAI SDKs' timeout, which they stop counting
+// once the response's headers arrive: it bounds a unary call, but a stream
+// only until it begins, and "0" (their whole seconds of a timeout under one)
+// is accepted. A stream sent with 1 s is still going after 1.5 s.
+TEST_F(ServerHttpTest, StainlessTimeoutBoundsAStreamOnlyUntilItBegins) {
+  start();
+  const HttpAnswer zero = post(*client_, "/v1/completions", kShort, {{"X-Stainless-Timeout", "0"}});
+  EXPECT_EQ(zero.status, 200) << zero.body;
+  const HttpAnswer negative =
+      post(*client_, "/v1/completions", kShort, {{"X-Stainless-Timeout", "-1"}});
+  EXPECT_EQ(negative.status, 400) << negative.body;
+
+  const auto sent = Clock::now();
+  RawConnection stream(server_.http_address());
+  ASSERT_TRUE(stream.post("/v1/completions", endless(true), "X-Stainless-Timeout: 1\r\n"));
+  ASSERT_TRUE(stream.read_until("data: ")) << stream.received();
+  const auto past_timeout = sent + milliseconds(1500) - Clock::now();
+  EXPECT_FALSE(stream.read_until("[DONE]", std::chrono::duration_cast<milliseconds>(past_timeout)))
+      << "the stream ended within 1.5 s: " << stream.received().substr(0, 2000);
+  EXPECT_EQ(stream.received().find("error"), std::string::npos) << stream.received();
+  stream.close_now();
+  ASSERT_TRUE(wait_until(is_idle, "idle after the stream's client left"));
+
+  const HttpAnswer unary =
+      post(*client_, "/v1/completions", endless(false), {{"X-Stainless-Timeout", "1"}});
+  EXPECT_EQ(unary.status, 504) << unary.body;
 }
 
 TEST_F(ServerHttpTest, SlowClientCostsNothingElseAndIsDisconnected) {

@@ -113,6 +113,27 @@ TEST(OpenAiRequest, ChatMessagesReachTheTemplateAsGiven) {
   EXPECT_EQ(r->chat.request.top_logprobs, 2u);
 }
 
+// tool_choice "auto" (the default) offers the tools, "none" leaves them out
+// of the prompt; forcing a call, and the older `functions`, are refused
+// rather than ignored.
+TEST(OpenAiRequest, ToolChoiceAutoOffersToolsNoneLeavesThemOut) {
+  const std::string head = R"({"model": "m", "messages": [{"role": "user", "content": "x"}],
+      "tools": [{"type": "function", "function": {"name": "f"}}])";
+  absl::StatusOr<Request> automatic = chat(head + R"(, "tool_choice": "auto"})");
+  ASSERT_TRUE(automatic.ok()) << automatic.status();
+  EXPECT_TRUE(automatic->chat.conversation.tools.has_value());
+  absl::StatusOr<Request> none = chat(head + R"(, "tool_choice": "none"})");
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_FALSE(none->chat.conversation.tools.has_value());
+  EXPECT_EQ(refusal(chat(head + R"(, "tool_choice": "required"})")),
+            R"(tool_choice: "required" is not supported (only "auto" and "none"))");
+  EXPECT_EQ(
+      refusal(chat(head + R"(, "tool_choice": {"type": "function", "function": {"name": "f"}}})")),
+      R"(tool_choice: {"type":"function","function":{"name":"f"}} is not supported (only "auto" and "none"))");
+  EXPECT_EQ(refusal(chat(head + R"(, "functions": [{"name": "f"}]})")),
+            "functions: not supported (OpenAI's older form; send tools)");
+}
+
 TEST(OpenAiRequest, ResponseFormatsCompileToGrammars) {
   absl::StatusOr<Request> any =
       chat(R"({"model": "m", "messages": [{"role": "user", "content": "x"}],
@@ -203,6 +224,37 @@ TEST(OpenAiRequest, RefusalsNameTheField) {
             "top_logprobs: 30 is out of range: allowed [0, 20]");
 }
 
+// A body nested past kMaxRequestJsonNesting is refused before it is parsed:
+// copying or printing a million levels (2 MB of brackets, in a schema or a
+// tool list) recursed until the handler's stack ran out. Brackets inside
+// strings do not count.
+TEST(OpenAiRequest, DeeplyNestedBodiesAreRefusedBeforeTheyAreParsed) {
+  const auto nested = [](std::size_t levels) {
+    return R"({"model": "m", "prompt": "x", "response_format": {"type": "json_schema",
+      "json_schema": {"name": "p", "schema": )" +
+           std::string(levels, '[') + std::string(levels, ']') + "}}}";
+  };
+  EXPECT_EQ(refusal(completion(nested(1000000))), "request body: nested deeper than 512 levels");
+  // Three levels wrap the schema: 512 in all pass this check (the schema's
+  // own limit, 256 levels, is the grammar's).
+  EXPECT_EQ(refusal(completion(nested(509))),
+            "response_format.json_schema: schema #: nested deeper than 256 levels");
+  EXPECT_EQ(refusal(completion(nested(510))), "request body: nested deeper than 512 levels");
+  const std::string brackets_in_text = std::string(1000, '[') + std::string(1000, '{');
+  absl::StatusOr<Request> text =
+      completion(R"({"model": "m", "prompt": ")" + brackets_in_text + R"(\"["})");
+  ASSERT_TRUE(text.ok()) << text.status();
+  EXPECT_EQ(text->generate.request.prompt, brackets_in_text + "\"[");
+}
+
+// OpenAI's top_p is in [0, 1]; 0 keeps the most likely token alone.
+TEST(OpenAiRequest, TopPZeroKeepsTheMostLikelyToken) {
+  absl::StatusOr<Request> r = completion(R"({"model": "m", "prompt": "x", "top_p": 0})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FLOAT_EQ(r->generate.request.sampling.top_p, 1.0f);
+  EXPECT_EQ(r->generate.request.sampling.top_k, 1);
+}
+
 TEST(OpenAiResponse, UnaryChatCarriesTextLogprobsAndUsage) {
   ResponseBuilder b({Endpoint::kChatCompletions, "chatcmpl-1", 1700000000, "m"});
   b.add_piece("Hel", 5, nullptr);
@@ -228,13 +280,13 @@ TEST(OpenAiResponse, UnaryChatCarriesTextLogprobsAndUsage) {
 
 TEST(OpenAiResponse, EventsAreFramedChunks) {
   const ResponseHead head{Endpoint::kCompletions, "cmpl-1", 5, "m"};
-  const std::string e = piece_event(head, "a\"b", nullptr);
+  const std::string e = piece_event(head, "a\"b", nullptr, 0);
   ASSERT_TRUE(e.starts_with("data: ") && e.ends_with("\n\n")) << e;
   const Json j = Json::parse(e.substr(6));
   EXPECT_EQ(j["object"], "text_completion");
   EXPECT_EQ(j["choices"][0]["text"], "a\"b");
   EXPECT_TRUE(j["choices"][0]["finish_reason"].is_null());
-  EXPECT_EQ(piece_event(head, "", nullptr), "");  // nothing to send
+  EXPECT_EQ(piece_event(head, "", nullptr, 0), "");  // nothing to send
 
   GenerateOutcome o;
   o.finish = engine::FinishReason::kStopString;
@@ -248,7 +300,7 @@ TEST(OpenAiResponse, EventsAreFramedChunks) {
   const Json role = Json::parse(role_event(chat_head).substr(6));
   EXPECT_EQ(role["object"], "chat.completion.chunk");
   EXPECT_EQ(role["choices"][0]["delta"]["role"], "assistant");
-  const Json piece = Json::parse(piece_event(chat_head, "x", nullptr).substr(6));
+  const Json piece = Json::parse(piece_event(chat_head, "x", nullptr, 0).substr(6));
   EXPECT_EQ(piece["choices"][0]["delta"]["content"], "x");
 }
 

@@ -23,6 +23,7 @@
 #include <vector>
 
 #include "base/cli_flags.h"
+#include "base/json_nesting.h"
 #include "base/status_macros.h"
 #include "base/str_cat.h"
 #include "chat/chat_prompt.h"
@@ -179,7 +180,11 @@ int tokenize(int argc, char** argv) {
 absl::StatusOr<nlohmann::ordered_json> read_json(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(str_cat("cannot read '", path, "'"));
-  nlohmann::ordered_json value = nlohmann::ordered_json::parse(in, nullptr, false);
+  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (json_nested_deeper_than(text, kMaxRequestJsonNesting))
+    return absl::InvalidArgumentError(
+        str_cat("'", path, "': nested deeper than ", kMaxRequestJsonNesting, " levels"));
+  nlohmann::ordered_json value = nlohmann::ordered_json::parse(text, nullptr, false);
   if (value.is_discarded()) return absl::InvalidArgumentError(str_cat("'", path, "': not JSON"));
   return value;
 }

@@ -718,6 +718,12 @@ TEST_F(ToolsTest, RenderChatPrintsTheTemplatesTextExactly) {
   r = model({"render-chat", stories(), "--messages", messages, "--template", missing});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find(missing), std::string::npos) << r.err;
+  // A million levels of brackets: refused, not followed into a stack overflow.
+  const std::string deep = (dir_ / "deep.json").string();
+  std::ofstream(deep) << std::string(1000000, '[') << std::string(1000000, ']');
+  r = model({"render-chat", stories(), "--messages", deep, "--template", zephyr});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_NE(r.err.find(deep + "': nested deeper than 512 levels"), std::string::npos) << r.err;
 }
 
 TEST_F(ToolsTest, SynthAndUnknownCommandsRefuseBadArguments) {

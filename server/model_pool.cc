@@ -146,6 +146,9 @@ absl::StatusOr<ModelPool::Lease> ModelPool::acquire(Clock::time_point deadline,
   if (draining_)
     return absl::UnavailableError(
         str_cat("model '", spec_.name, "' is not accepting requests: the server is shutting down"));
+  if (Clock::now() >= deadline)
+    return absl::DeadlineExceededError(
+        str_cat("deadline exceeded before an instance of model '", spec_.name, "' was asked for"));
   if (waiters_.empty() && !free_.empty()) return Lease(this, take_free(prompt));
   // Waiters that already timed out do not hold a place against a new
   // request (they leave within one poll interval).
@@ -166,16 +169,18 @@ absl::StatusOr<ModelPool::Lease> ModelPool::acquire(Clock::time_point deadline,
       return absl::UnavailableError(str_cat(
           "model '", spec_.name, "' is not accepting requests: the server is shutting down"));
     }
-    if (waiters_.front().ticket == ticket && !free_.empty()) {
-      const std::size_t index = take_free(prompt);
-      leave();
-      return Lease(this, index);
-    }
+    // The deadline before the instance: one freed after it passed (seen
+    // after a cancellation check, say) does not admit the request.
     const Clock::time_point now = Clock::now();
     if (now >= deadline) {
       leave();
       return absl::DeadlineExceededError(
           str_cat("deadline exceeded while waiting for an instance of model '", spec_.name, "'"));
+    }
+    if (waiters_.front().ticket == ticket && !free_.empty()) {
+      const std::size_t index = take_free(prompt);
+      leave();
+      return Lease(this, index);
     }
     if (cancelled) {  // our own client, asked without the lock held
       lock.unlock();

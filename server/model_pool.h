@@ -102,7 +102,8 @@ class ModelPool {
   // Borrows an instance, waiting in the queue until `deadline` if all are
   // busy: of the free ones, the one whose KV cache shares the longest prefix
   // with `prompt` (KvPrefixIndex::choose; empty: any). `cancelled` is polled
-  // while waiting. Errors: UNAVAILABLE (queue full, or draining),
+  // while waiting. No instance is lent once `deadline` has passed, even one
+  // that is free. Errors: UNAVAILABLE (queue full, or draining),
   // DEADLINE_EXCEEDED, CANCELLED; each message names the model.
   absl::StatusOr<Lease> acquire(Clock::time_point deadline, const std::function<bool()>& cancelled,
                                 std::span<const std::int32_t> prompt = {});

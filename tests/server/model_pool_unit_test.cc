@@ -1,0 +1,85 @@
+// server/model_pool.h in-process: admission against deadlines, with the
+// orderings made by events (a latch in the cancellation check), not sleeps.
+#include "server/model_pool.h"
+
+#include <gtest/gtest.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <mutex>
+#include <optional>
+#include <thread>
+
+#include "server/model_registry.h"
+
+namespace hearth::server {
+namespace {
+
+ModelSpec one_instance() {
+  ModelSpec spec;
+  spec.name = "demo";
+  spec.path = std::string(kDemoSource);
+  spec.instances = 1;
+  spec.queue = 1;
+  return spec;
+}
+
+// A request waiting in the queue whose instance is freed only after its
+// deadline passed is refused with DEADLINE_EXCEEDED, not admitted: here the
+// instance comes free while the waiter is in its cancellation check, so the
+// next thing it sees is a free instance, with the deadline behind it.
+TEST(ModelPoolUnit, AnInstanceFreedAfterTheDeadlineDoesNotAdmitTheWaiter) {
+  ModelRegistry registry({one_instance()});
+  ASSERT_TRUE(registry.load_all(nullptr, false, {}, nullptr).ok());
+  absl::StatusOr<ModelPool*> pool = registry.find("demo");
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  std::optional<absl::StatusOr<ModelPool::Lease>> holder(
+      (*pool)->acquire(Clock::time_point::max(), nullptr, {}));
+  ASSERT_TRUE(holder->ok()) << holder->status();
+
+  std::mutex mu;
+  std::condition_variable cv;
+  bool in_check = false, open = false;  // guarded by mu
+  const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(20);
+  std::optional<absl::Status> waiter_status;
+  std::thread waiter([&] {
+    auto cancelled = [&] {
+      std::unique_lock lock(mu);
+      in_check = true;
+      cv.notify_all();
+      cv.wait(lock, [&] { return open; });
+      return false;
+    };
+    waiter_status = (*pool)->acquire(deadline, cancelled, {}).status();
+  });
+  {
+    std::unique_lock lock(mu);
+    cv.wait(lock, [&] { return in_check; });
+  }
+  while (Clock::now() < deadline) std::this_thread::yield();  // the deadline passes
+  holder.reset();                                             // the instance comes free
+  {
+    std::lock_guard lock(mu);
+    open = true;
+  }
+  cv.notify_all();
+  waiter.join();
+  ASSERT_TRUE(waiter_status.has_value());
+  EXPECT_EQ(waiter_status->code(), absl::StatusCode::kDeadlineExceeded) << *waiter_status;
+  // The instance is free for the next request.
+  EXPECT_TRUE((*pool)->acquire(Clock::time_point::max(), nullptr, {}).ok());
+}
+
+// A request whose deadline has already passed is not lent a free instance.
+TEST(ModelPoolUnit, APassedDeadlineIsRefusedEvenWithAFreeInstance) {
+  ModelRegistry registry({one_instance()});
+  ASSERT_TRUE(registry.load_all(nullptr, false, {}, nullptr).ok());
+  absl::StatusOr<ModelPool*> pool = registry.find("demo");
+  ASSERT_TRUE(pool.ok()) << pool.status();
+  EXPECT_EQ((*pool)->acquire(Clock::now(), nullptr, {}).status().code(),
+            absl::StatusCode::kDeadlineExceeded);
+  EXPECT_TRUE((*pool)->acquire(Clock::time_point::max(), nullptr, {}).ok());
+}
+
+}  // namespace
+}  // namespace hearth::server

@@ -5,9 +5,11 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <type_traits>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "base/status_macros.h"
@@ -116,11 +118,13 @@ absl::Status read_scalar(Cursor& c, std::string_view what, GgufValue* v) {
   return absl::OkStatus();
 }
 
-// Reads one value of type `t` at the cursor (arrays recursively).
-absl::Status read_value(Cursor& c, GgufValueType t, std::string_view key, int depth, GgufValue* v) {
+// Reads one value of type `t` at the cursor (arrays recursively); `what`
+// names it in errors (built once per key by the caller: an array of a
+// million strings must not rebuild it a million times).
+absl::Status read_value(Cursor& c, GgufValueType t, std::string_view what, int depth,
+                        GgufValue* v) {
   v->type = t;
   v->file_offset = c.pos();
-  const std::string what = str_cat("value of key '", key, "'");
   switch (t) {
     case GgufValueType::kUint8:
       return read_scalar<std::uint8_t>(c, what, v);
@@ -182,7 +186,7 @@ absl::Status read_value(Cursor& c, GgufValueType t, std::string_view key, int de
         }
         for (std::uint64_t i = 0; i < count; ++i) {
           GgufValue element;
-          if (auto s = read_value(c, v->array_type, key, depth + 1, &element); !s.ok()) return s;
+          if (auto s = read_value(c, v->array_type, what, depth + 1, &element); !s.ok()) return s;
         }
       }
       v->array_bytes = c.pos() - start;
@@ -190,6 +194,29 @@ absl::Status read_value(Cursor& c, GgufValueType t, std::string_view key, int de
     }
   }
   return c.error(what, v->file_offset, "unknown value type");
+}
+
+// Tensors in offset order; each must start where the one before ended or
+// later. Shared bytes are a corrupt offset, or a small file asking the
+// loader to copy one layer's data into every layer.
+absl::Status check_no_overlap(const std::vector<GgufTensorInfo>& tensors, std::size_t data_offset,
+                              const Cursor& c) {
+  std::vector<const GgufTensorInfo*> by_offset;
+  by_offset.reserve(tensors.size());
+  for (const GgufTensorInfo& t : tensors) by_offset.push_back(&t);
+  std::sort(by_offset.begin(), by_offset.end(),
+            [](const GgufTensorInfo* a, const GgufTensorInfo* b) { return a->offset < b->offset; });
+  for (std::size_t i = 1; i < by_offset.size(); ++i) {
+    const GgufTensorInfo& before = *by_offset[i - 1];
+    const GgufTensorInfo& t = *by_offset[i];
+    if (t.offset < before.offset + before.n_bytes)
+      return c.error(
+          str_cat("tensor '", t.name, "'"), t.info_offset,
+          str_cat("data [", data_offset + t.offset, ", ", data_offset + t.offset + t.n_bytes,
+                  ") overlaps tensor '", before.name, "''s [", data_offset + before.offset, ", ",
+                  data_offset + before.offset + before.n_bytes, ")"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -386,7 +413,12 @@ absl::Status GgufFile::parse_all() {
     return c.error("tensor count", 8,
                    str_cat(n_tensors, " tensors cannot fit in a file of ", size_, " bytes"));
   }
-  kvs_.reserve(n_kv);
+  // The counts only bound what the file can hold: the vectors grow as the
+  // entries are read rather than reserve a header's word (an entry's memory
+  // is several times its smallest size in the file).
+  constexpr std::uint64_t kReserveAtMost = 4096;
+  kvs_.reserve(std::min(n_kv, kReserveAtMost));
+  key_index_.reserve(std::min(n_kv, kReserveAtMost));
   for (std::uint64_t i = 0; i < n_kv; ++i) {
     GgufKv kv;
     const std::size_t at = c.pos();
@@ -395,9 +427,11 @@ absl::Status GgufFile::parse_all() {
     if (auto s = c.read(&t, str_cat("type of key '", kv.key, "'")); !s.ok()) return s;
     if (!known_value_type(t))
       return c.error(str_cat("key '", kv.key, "'"), at, str_cat("unknown value type ", t));
-    if (auto s = read_value(c, static_cast<GgufValueType>(t), kv.key, 0, &kv.value); !s.ok())
+    const std::string what = str_cat("value of key '", kv.key, "'");
+    if (auto s = read_value(c, static_cast<GgufValueType>(t), what, 0, &kv.value); !s.ok())
       return s;
-    if (find(kv.key) != nullptr) return c.error(str_cat("key '", kv.key, "'"), at, "duplicate key");
+    if (!key_index_.emplace(kv.key, kvs_.size()).second)
+      return c.error(str_cat("key '", kv.key, "'"), at, "duplicate key");
     kvs_.push_back(kv);
   }
   if (const GgufValue* a = find("general.alignment")) {
@@ -408,7 +442,8 @@ absl::Status GgufFile::parse_all() {
     }
     alignment_ = static_cast<std::size_t>(a->scalar.u64);
   }
-  tensors_.reserve(n_tensors);
+  tensors_.reserve(std::min(n_tensors, kReserveAtMost));
+  tensor_index_.reserve(std::min(n_tensors, kReserveAtMost));
   for (std::uint64_t i = 0; i < n_tensors; ++i) {
     GgufTensorInfo t;
     t.info_offset = c.pos();
@@ -448,7 +483,8 @@ absl::Status GgufFile::parse_all() {
           tw, t.info_offset,
           str_cat("data offset ", t.offset, " is not a multiple of the alignment ", alignment_));
     }
-    if (find_tensor(t.name) != nullptr) return c.error(tw, t.info_offset, "duplicate tensor name");
+    if (!tensor_index_.emplace(t.name, tensors_.size()).second)
+      return c.error(tw, t.info_offset, "duplicate tensor name");
     tensors_.push_back(t);
   }
   data_offset_ = (c.pos() + alignment_ - 1) / alignment_ * alignment_;
@@ -467,7 +503,7 @@ absl::Status GgufFile::parse_all() {
     }
     t.data = data_ + data_offset_ + t.offset;
   }
-  return absl::OkStatus();
+  return check_no_overlap(tensors_, data_offset_, c);
 }
 
 void GgufFile::release_pages(const GgufTensorInfo& t) const {
@@ -479,17 +515,13 @@ void GgufFile::release_pages(const GgufTensorInfo& t) const {
 }
 
 const GgufValue* GgufFile::find(std::string_view key) const {
-  for (const GgufKv& kv : kvs_) {
-    if (kv.key == key) return &kv.value;
-  }
-  return nullptr;
+  const auto it = key_index_.find(key);
+  return it == key_index_.end() ? nullptr : &kvs_[it->second].value;
 }
 
 const GgufTensorInfo* GgufFile::find_tensor(std::string_view name) const {
-  for (const GgufTensorInfo& t : tensors_) {
-    if (t.name == name) return &t;
-  }
-  return nullptr;
+  const auto it = tensor_index_.find(name);
+  return it == tensor_index_.end() ? nullptr : &tensors_[it->second];
 }
 
 absl::Status GgufFile::type_error(std::string_view key, const GgufValue& v,

@@ -15,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 
 namespace hearth::engine {
@@ -178,6 +179,9 @@ class GgufFile {
   std::size_t data_offset_ = 0;
   std::vector<GgufKv> kvs_;
   std::vector<GgufTensorInfo> tensors_;
+  // Index of kvs_ / tensors_ by key / name (views of the file's bytes).
+  absl::flat_hash_map<std::string_view, std::size_t> key_index_;
+  absl::flat_hash_map<std::string_view, std::size_t> tensor_index_;
 };
 
 }  // namespace hearth::engine

@@ -243,6 +243,49 @@ TEST(Gguf, HostileCountsAndFieldsAreRefusedWithTheirName) {
   EXPECT_NE(r.status().message().find("dimensions"), std::string::npos) << r.status();
 }
 
+// Two tensors may not share bytes: a corrupt offset, or a small file asking
+// the loader to copy one layer's data into every layer.
+TEST(Gguf, TensorsWhoseDataOverlapAreRefusedNamingBoth) {
+  GgufWriter w;
+  w.add_tensor("a", {32}, GgmlType::kF32, std::string(128, '\0'));
+  w.add_tensor("b", {32}, GgmlType::kF32, std::string(128, '\0'));
+  const std::string good = w.serialize();
+  ASSERT_TRUE(parse(good).ok());
+  std::string b = good;
+  const std::size_t b_offset = b.find(std::string("\x01\0\0\0\0\0\0\0b", 9));  // name length 1, "b"
+  ASSERT_NE(b_offset, std::string::npos);
+  const std::uint64_t into_a = 64;  // inside a's 128 bytes (alignment 32)
+  std::memcpy(b.data() + b_offset + 9 + 4 + 8 + 4, &into_a, 8);
+  auto r = parse(b);
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.status().message().find("tensor 'b'"), std::string::npos) << r.status();
+  EXPECT_NE(r.status().message().find("overlaps tensor 'a'"), std::string::npos) << r.status();
+}
+
+// Header work grows with the file, not with its square: a million keys (a
+// 17 MB file: each checked for a duplicate), and one 4 MB key whose value is
+// an array of half a million strings (each element's reading once rebuilt
+// a message holding the key), parse at once. Quadratic, either took from
+// many minutes to days (the suite's timeout fails it).
+TEST(Gguf, LargeHeadersParseInTimeLinearInTheirSize) {
+  GgufWriter many;
+  constexpr std::uint32_t kKeys = 1000000;
+  for (std::uint32_t i = 0; i < kKeys; ++i) many.add_uint32(std::to_string(i), i);
+  const std::string many_bytes = many.serialize();
+  auto r = parse(many_bytes);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ((*r)->metadata().size(), kKeys);
+  ASSERT_NE((*r)->find("999999"), nullptr);
+  EXPECT_EQ((*r)->find("999999")->scalar.u64, 999999u);
+
+  GgufWriter long_key;
+  long_key.add_string_array(std::string(4 << 20, 'k'), std::vector<std::string>(512 << 10));
+  const std::string long_key_bytes = long_key.serialize();
+  r = parse(long_key_bytes);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ((*r)->metadata()[0].value.array_count, 512u << 10);
+}
+
 TEST(Gguf, RandomByteFlipsNeverCrash) {
   HEARTH_REQUIRE_SHARED();
   const std::string model = read_file(testing::shared_dir() / "models/stories260K.gguf");

@@ -29,14 +29,21 @@ absl::StatusOr<std::size_t> positive(const GgufFile& f, const std::string& key) 
   return static_cast<std::size_t>(*v);
 }
 
-// An optional float key: `fallback` when absent; refused unless finite and
-// > 0 (or >= 0 with allow_zero).
+// Whether `v` is a positive float that is neither subnormal nor infinite
+// (so its reciprocal, which the forward pass takes of some, is finite too).
+bool positive_normal_float(double v) {
+  const float x = static_cast<float>(v);
+  return x > 0 && std::isnormal(x);
+}
+
+// An optional float key: `fallback` when absent; refused unless a positive
+// normal float (or 0 with allow_zero).
 absl::StatusOr<float> optional_float(const GgufFile& f, const std::string& key, float fallback,
                                      bool allow_zero = false) {
   if (f.find(key) == nullptr) return fallback;
   auto v = f.get_float(key);
   if (!v.ok()) return v.status();
-  if (!std::isfinite(*v) || *v < 0 || (*v == 0 && !allow_zero))
+  if (!positive_normal_float(*v) && !(*v == 0 && allow_zero))
     return invalid(f, str_cat("key '", key, "' = ", *v, " is out of range"));
   return static_cast<float>(*v);
 }
@@ -51,8 +58,12 @@ absl::Status read_architecture_traits(const GgufFile& f, ModelConfig& c) {
       (arch.qkv_bias == Presence::kOptional && f.find_tensor("blk.0.attn_q.bias") != nullptr);
   c.attention_scale = 1.0f / std::sqrt(static_cast<float>(c.head_dim));
   if (arch.embd_per_head_query_scale_layers != 0 &&
-      c.n_layer == arch.embd_per_head_query_scale_layers)
+      c.n_layer == arch.embd_per_head_query_scale_layers) {
+    if (c.n_embd < c.n_head)
+      return invalid(f, str_cat("embedding_length ", c.n_embd, " is less than head_count ",
+                                c.n_head, " (its query scale is 1 / sqrt(their quotient))"));
     c.attention_scale = 1.0f / std::sqrt(static_cast<float>(c.n_embd / c.n_head));
+  }
   if (arch.embedding_scale_sqrt_dim) c.embedding_scale = std::sqrt(static_cast<float>(c.n_embd));
   if (arch.granite_scales) {
     HEARTH_ASSIGN_OR_RETURN(c.embedding_scale, optional_float(f, a + ".embedding_scale", 1.0f));
@@ -168,8 +179,8 @@ absl::StatusOr<ModelConfig> read_model_config(const GgufFile& f) {
     }
   }
   if (auto base = f.get_float(a + ".rope.freq_base"); base.ok()) {
-    if (!(*base > 1))
-      return invalid(f, str_cat("rope.freq_base ", *base, " must be greater than 1"));
+    if (!(*base > 1) || !positive_normal_float(*base))
+      return invalid(f, str_cat("rope.freq_base ", *base, " must be a finite number above 1"));
     c.rope_base = static_cast<float>(*base);
   }
   if (auto type = f.get_string(a + ".rope.scaling.type"); type.ok() && *type != "none") {
@@ -178,10 +189,12 @@ absl::StatusOr<ModelConfig> read_model_config(const GgufFile& f) {
                                               "' is not supported (none, linear)"));
     }
     auto factor = f.get_float(a + ".rope.scaling.factor");
-    if (!factor.ok() || !(*factor > 0))
-      return invalid(f, "linear rope scaling needs a positive rope.scaling.factor");
+    if (!factor.ok() || !positive_normal_float(*factor) || !positive_normal_float(1.0 / *factor))
+      return invalid(f, "linear rope scaling needs a positive, finite rope.scaling.factor");
     c.rope_freq_scale = static_cast<float>(1.0 / *factor);
   } else if (auto factor = f.get_float(a + ".rope.scale_linear"); factor.ok() && *factor > 0) {
+    if (!positive_normal_float(*factor) || !positive_normal_float(1.0 / *factor))
+      return invalid(f, str_cat("rope.scale_linear ", *factor, " is out of range"));
     c.rope_freq_scale = static_cast<float>(1.0 / *factor);
   }
   c.has_rope_freq_factors = f.find_tensor("rope_freqs.weight") != nullptr;

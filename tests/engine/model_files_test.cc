@@ -702,6 +702,13 @@ TEST_F(ModelFiles, ArchitectureKeysAndTensorsAreRefusedByName) {
        "gemma2.final_logit_softcapping"},
       {"granite", 0, "granite.logit_scale", 0.0f, nullptr, "granite.logit_scale"},
       {"granite", 0, "granite.residual_scale", INFINITY, nullptr, "granite.residual_scale"},
+      // Subnormal: positive and finite, but the forward pass takes its
+      // reciprocal (infinite), and every logit turned NaN.
+      {"granite", 0, "granite.logit_scale", 1e-45f, nullptr, "granite.logit_scale"},
+      {"gemma2", 4, "gemma2.attn_logit_softcapping", 1e-45f, nullptr,
+       "gemma2.attn_logit_softcapping"},
+      {"llama", 0, "llama.rope.scale_linear", 1e-45f, nullptr, "rope.scale_linear"},
+      {"llama", 0, "llama.rope.freq_base", INFINITY, nullptr, "rope.freq_base"},
       {"phi3", 4, "phi3.rope.scaling.original_context_length", 64.0f, nullptr,
        "phi3.rope.scaling.original_context_length"},
       {"gemma2", 4, "gemma2.attention.sliding_window", 4.0f, nullptr,

@@ -405,21 +405,27 @@ void HttpFrontEnd::generate(const httplib::Request& req, const httplib::ContentR
   std::string body;
   // httplib holds a declared Content-Length to the limit, but reads chunked
   // bodies, and inflates gzip or brotli ones, without one: the limit is kept
-  // here, on the bytes as they arrive (inflated).
+  // here, on the bytes as they arrive (inflated). What comes past it is read
+  // and dropped, up to a bound, so that the client reads the 413 (closing a
+  // socket with unread bytes resets it, and the answer can be lost).
+  const std::size_t drain_at_most = 4 * options_.max_body_bytes;
   bool too_large = false;
-  if (!read([&](const char* data, std::size_t n) {
-        too_large = n > options_.max_body_bytes - body.size();
-        if (!too_large) body.append(data, n);
-        return !too_large;
-      })) {
-    // httplib has set the refusal's status (too large, cut short), which the
-    // error handler words; the client may be gone, so the response may
-    // never be written (and logged): it is not waited for. The rest of a
-    // body that was too large is not read: the connection closes.
-    if (too_large) {
-      res.status = 413;
-      res.set_header("Connection", "close");
+  std::size_t dropped = 0;
+  const bool complete = read([&](const char* data, std::size_t n) {
+    if (!too_large && n <= options_.max_body_bytes - body.size()) {
+      body.append(data, n);
+      return true;
     }
+    too_large = true;
+    dropped += n;
+    return dropped <= drain_at_most;
+  });
+  if (too_large || !complete) {
+    // The error handler words the status: 413 here, or what httplib set
+    // (too large, cut short). The client may be gone, so the response may
+    // never be written (and logged): it is not waited for.
+    if (too_large) res.status = 413;
+    if (!complete) res.set_header("Connection", "close");
     response_written();
     return;
   }

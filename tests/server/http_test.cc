@@ -377,7 +377,7 @@ TEST_F(ServerHttpTest, StainlessTimeoutBoundsAStreamOnlyUntilItBegins) {
   const auto past_timeout = sent + milliseconds(1500) - Clock::now();
   EXPECT_FALSE(stream.read_until("[DONE]", std::chrono::duration_cast<milliseconds>(past_timeout)))
       << "the stream ended within 1.5 s: " << stream.received().substr(0, 2000);
-  EXPECT_EQ(stream.received().find("error"), std::string::npos) << stream.received();
+  EXPECT_EQ(stream.received().find("\"error\""), std::string::npos) << stream.received();
   stream.close_now();
   ASSERT_TRUE(wait_until(is_idle, "idle after the stream's client left"));
 

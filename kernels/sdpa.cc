@@ -269,7 +269,12 @@ void run_item(const Problem& p, const KvArrays<T>& kv, std::size_t item, std::si
   const std::size_t rows = (t1 - t0) * G;
   const std::size_t kv_begin = window_start(p, p.start_pos + t0), kv_end = p.start_pos + t1;
   const std::size_t span = kv_end - kv_begin;
-  const std::size_t begin = kv_begin + span * sp / splits;
+  // One split walks tiles at multiples of kKvTile, as without a window, so
+  // a row's tiles, and its result, do not depend on the chunk it came in
+  // (prefix reuse runs a prompt's rest from wherever the cached prefix
+  // ends); the positions before a row's window are masked.
+  const std::size_t begin =
+      splits == 1 ? kv_begin / kKvTile * kKvTile : kv_begin + span * sp / splits;
   const std::size_t end = kv_begin + span * (sp + 1) / splits;
   const std::size_t q_stride = p.n_heads * hd;
 

@@ -758,6 +758,38 @@ TEST(Sdpa, SlidingWindowAndSoftcapMatchExactAttention) {
   }
 }
 
+// With a window, a query's result does not depend on the chunk it came in:
+// the last row of a 7-token chunk at 294 and the same query alone at 300
+// (window 200: their first visible positions differ) give the same bits, on
+// one thread (tiles at fixed positions; a threaded split of positions is
+// not covered by this).
+TEST(Sdpa, AWindowedRowGivesTheSameBitsInAnyChunk) {
+  const Shape chunk{4, 2, 32, 294, 7};
+  const auto p = make_problem(chunk, 71, /*q_mag=*/4.0f);
+  const AttentionOptions window{200, 0.0f};
+  const std::size_t row = chunk.n_heads * chunk.head_dim;
+  for (Isa isa : supported_isas()) {
+    ScopedIsa forced(isa);
+    for (bool q8 : {false, true}) {
+      SCOPED_TRACE(std::string(isa_name(isa)) + (q8 ? " int8" : " float"));
+      CachingAllocator scratch;
+      std::vector<float> whole(p->q.size()), alone(row);
+      const float* last_q = p->q.data() + 6 * row;
+      const absl::Status a = q8 ? sdpa(p->q.data(), 7, 294, 4, p->qkv, p->scale, whole.data(),
+                                       scratch, nullptr, window)
+                                : sdpa(p->q.data(), 7, 294, 4, p->fkv, p->scale, whole.data(),
+                                       scratch, nullptr, window);
+      const absl::Status b =
+          q8 ? sdpa(last_q, 1, 300, 4, p->qkv, p->scale, alone.data(), scratch, nullptr, window)
+             : sdpa(last_q, 1, 300, 4, p->fkv, p->scale, alone.data(), scratch, nullptr, window);
+      ASSERT_TRUE(a.ok()) << a;
+      ASSERT_TRUE(b.ok()) << b;
+      for (std::size_t i = 0; i < row; ++i)
+        ASSERT_EQ(whole[6 * row + i], alone[i]) << "element " << i;
+    }
+  }
+}
+
 TEST(Sdpa, RefusesANegativeOrNonFiniteSoftcap) {
   const auto p = make_problem({2, 1, 16, 3, 1}, 7);
   CachingAllocator scratch;

@@ -6,16 +6,21 @@
 // With no model, serves the built-in synthetic demo model as "demo". When
 // every model is loaded and warm, prints one line to stdout:
 //   hearth-server ready grpc=HOST:PORT metrics=HOST:PORT [http=HOST:PORT]
-// Logs go to stderr. SIGTERM/SIGINT drain and exit 0.
+// Logs go to stderr. SIGTERM/SIGINT drain and exit 0; before the ready line
+// (while the models load, with nothing to drain) they exit 0 at once.
 #include <pthread.h>
 #include <signal.h>
 
+#include <atomic>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <functional>
+#include <future>
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "base/cli_flags.h"
@@ -72,6 +77,36 @@ int usage_error(const std::string& message) {
   return 2;
 }
 
+const char* signal_name(int sig) { return sig == SIGTERM ? "SIGTERM" : "SIGINT"; }
+
+// SIGTERM / SIGINT, waited for on a thread of its own from the start. Until
+// serving() the process exits at once (status 0): a load takes minutes for a
+// large model, and an orchestrator stopping a server that never became ready
+// should not wait for it, or see it turn ready and then drain. After, the
+// signal goes to the main thread's wait(). Lives as long as the process.
+class StopSignals {
+ public:
+  explicit StopSignals(const sigset_t& signals) : signals_(signals) {
+    std::thread([this] { run(); }).detach();
+  }
+  void serving() { serving_.store(true); }
+  int wait() { return received_.get_future().get(); }
+
+ private:
+  void run() {
+    int sig = 0;
+    sigwait(&signals_, &sig);
+    if (!serving_.load()) {
+      spdlog::info("received {} while loading: exiting", signal_name(sig));
+      std::_Exit(0);
+    }
+    received_.set_value(sig);
+  }
+  const sigset_t signals_;
+  std::atomic<bool> serving_{false};
+  std::promise<int> received_;
+};
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -86,6 +121,8 @@ int main(int argc, char** argv) {
   signal(SIGPIPE, SIG_IGN);
 
   spdlog::set_default_logger(spdlog::stderr_color_mt("hearth"));
+  // Never destroyed: its thread may still wait when main returns.
+  static StopSignals* const stop = new StopSignals(stop_signals);
   server::ModelSpec defaults;  // for every model; --model and --config entries may override
   server::ServerOptions options;
 
@@ -244,13 +281,13 @@ int main(int argc, char** argv) {
   const std::string http =
       srv.http_port() > 0 ? str_cat(" http=", dialable(options.http_listen), ":", srv.http_port())
                           : "";
+  stop->serving();
   std::printf("hearth-server ready grpc=%s:%d metrics=%s%s\n", dialable(options.listen).c_str(),
               *port, metrics_address.c_str(), http.c_str());
   std::fflush(stdout);
 
-  int sig = 0;
-  sigwait(&stop_signals, &sig);
-  spdlog::info("received {}", sig == SIGTERM ? "SIGTERM" : "SIGINT");
+  const int sig = stop->wait();
+  spdlog::info("received {}", signal_name(sig));
   srv.shutdown();
   return 0;
 }

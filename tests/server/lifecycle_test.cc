@@ -332,6 +332,30 @@ TEST(ServerDrainInProcessTest, DrainWaitsForAHandlerThatHasNotReturned) {
   EXPECT_TRUE(drained) << "the drain ran out of its 600 s grace period";
 }
 
+// A stop signal while the models load ends the process at once, exit 0,
+// without turning ready: signalled once the first of six models is warm, the
+// server never prints the ready line (the rest take far longer to load than
+// a signal to arrive). Before, the signal waited for the whole load, then
+// the server turned ready and drained.
+TEST(ServerLifecycleTest, SigtermWhileLoadingExitsWithoutTurningReady) {
+  const std::string path = slow_model();
+  ASSERT_FALSE(path.empty());
+  std::vector<std::string> args;
+  for (int i = 0; i < 6; ++i) {
+    args.push_back("--model");
+    args.push_back("m" + std::to_string(i) + "=" + path);
+  }
+  ServerProcess server;
+  ASSERT_TRUE(server.launch(HEARTH_SERVER_BIN, server_args(args))) << server.error();
+  ASSERT_TRUE(server.wait_for_stderr("model 'm0' ready", patience())) << server.describe();
+  ASSERT_TRUE(server.signal(SIGTERM));
+  EXPECT_EQ(server.wait_exit(patience()), std::optional<int>(0)) << server.describe();
+  EXPECT_EQ(server.stdout_text().find("hearth-server ready"), std::string::npos)
+      << server.stdout_text();
+  EXPECT_NE(server.stderr_text().find("received SIGTERM while loading: exiting"), std::string::npos)
+      << server.describe();
+}
+
 TEST(ServerLifecycleTest, IdleServerExitsZeroOnSigtermAndSigint) {
   for (int sig : {SIGTERM, SIGINT}) {
     ServerProcess server;

@@ -137,8 +137,12 @@ std::chrono::milliseconds ServerProcess::default_ready_timeout() {
 
 bool ServerProcess::start(const std::string& binary, const std::vector<std::string>& args,
                           std::chrono::milliseconds timeout) {
+  return launch(binary, args) && wait_ready(timeout);
+}
+
+bool ServerProcess::launch(const std::string& binary, const std::vector<std::string>& args) {
   if (pid_ > 0) {
-    error_ = "start() called twice";
+    error_ = "started twice";
     return false;
   }
   command_ = binary;
@@ -205,7 +209,10 @@ bool ServerProcess::start(const std::string& binary, const std::vector<std::stri
   stdout_fd_ = fds[0];
   ::fcntl(stdout_fd_, F_SETFL, ::fcntl(stdout_fd_, F_GETFL) | O_NONBLOCK);
   pidfd_ = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));  // -1 on old kernels
+  return true;
+}
 
+bool ServerProcess::wait_ready(std::chrono::milliseconds timeout) {
   const auto deadline = Clock::now() + timeout;
   std::size_t scanned = 0;  // stdout_ before this offset holds no ready line
   for (;;) {
@@ -326,6 +333,20 @@ std::optional<int> ServerProcess::wait_exit(std::chrono::milliseconds timeout) {
   drain_stdout();
   check_sanitizer_report();
   return exit_status_;
+}
+
+bool ServerProcess::wait_for_stderr(const std::string& needle, std::chrono::milliseconds timeout) {
+  const auto deadline = Clock::now() + timeout;
+  for (;;) {
+    if (stderr_text().find(needle) != std::string::npos) return true;
+    if (!running() || reap(/*block=*/false)) return false;
+    const int left = millis_until(deadline);
+    if (left == 0) return false;
+    // stderr is a file: looked at again every few milliseconds (draining
+    // stdout meanwhile, so the child never blocks on a full pipe).
+    pollfd p{stdout_fd_, POLLIN, 0};
+    if (::poll(&p, stdout_fd_ >= 0 ? 1 : 0, std::min(left, 5)) > 0) drain_stdout();
+  }
 }
 
 std::string ServerProcess::stdout_text() {

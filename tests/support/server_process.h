@@ -61,6 +61,13 @@ class ServerProcess {
   bool start(const std::string& binary, const std::vector<std::string>& args,
              std::chrono::milliseconds timeout = default_ready_timeout());
 
+  // Starts `binary args...` without waiting for anything (start() = this,
+  // then the wait for the ready line).
+  bool launch(const std::string& binary, const std::vector<std::string>& args);
+  // Waits up to `timeout` until stderr holds `needle` (true), or the child
+  // has exited or the timeout passed (false).
+  bool wait_for_stderr(const std::string& needle, std::chrono::milliseconds timeout);
+
   // Longer under sanitizers, which slow loading several times over.
   static std::chrono::milliseconds default_ready_timeout();
 
@@ -98,6 +105,7 @@ class ServerProcess {
   std::string describe() const;
 
  private:
+  bool wait_ready(std::chrono::milliseconds timeout);
   void drain_stdout();
   void check_sanitizer_report();
   bool reap(bool block);

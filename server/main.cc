@@ -6,14 +6,14 @@
 // With no model, serves the built-in synthetic demo model as "demo". When
 // every model is loaded and warm, prints one line to stdout:
 //   hearth-server ready grpc=HOST:PORT metrics=HOST:PORT [http=HOST:PORT]
-// Logs go to stderr. SIGTERM/SIGINT drain and exit 0; before the ready line
-// (while the models load, with nothing to drain) they exit 0 at once.
+// Logs go to stderr. SIGTERM/SIGINT drain and exit 0; while the models load
+// they stop the loading after the current model, then drain what the loaded
+// ones serve, and exit 0 without the ready line.
 #include <pthread.h>
 #include <signal.h>
 
 #include <atomic>
 #include <cstdio>
-#include <cstdlib>
 #include <fstream>
 #include <functional>
 #include <future>
@@ -79,32 +79,30 @@ int usage_error(const std::string& message) {
 
 const char* signal_name(int sig) { return sig == SIGTERM ? "SIGTERM" : "SIGINT"; }
 
-// SIGTERM / SIGINT, waited for on a thread of its own from the start. Until
-// serving() the process exits at once (status 0): a load takes minutes for a
-// large model, and an orchestrator stopping a server that never became ready
-// should not wait for it, or see it turn ready and then drain. After, the
-// signal goes to the main thread's wait(). Lives as long as the process.
+// SIGTERM / SIGINT, waited for on a thread of its own from the start, so a
+// signal that comes while the models load (minutes, for large ones) is seen
+// then: requested() stops the loading between models, and wait() returns it
+// to the main thread. Lives as long as the process.
 class StopSignals {
  public:
-  explicit StopSignals(const sigset_t& signals) : signals_(signals) {
+  explicit StopSignals(const sigset_t& signals)
+      : signals_(signals), received_(promise_.get_future()) {
     std::thread([this] { run(); }).detach();
   }
-  void serving() { serving_.store(true); }
-  int wait() { return received_.get_future().get(); }
+  bool requested() const { return signal_.load() != 0; }
+  int wait() { return received_.get(); }
 
  private:
   void run() {
     int sig = 0;
     sigwait(&signals_, &sig);
-    if (!serving_.load()) {
-      spdlog::info("received {} while loading: exiting", signal_name(sig));
-      std::_Exit(0);
-    }
-    received_.set_value(sig);
+    signal_.store(sig);
+    promise_.set_value(sig);
   }
   const sigset_t signals_;
-  std::atomic<bool> serving_{false};
-  std::promise<int> received_;
+  std::atomic<int> signal_{0};
+  std::promise<int> promise_;
+  std::future<int> received_;
 };
 
 }  // namespace
@@ -272,7 +270,14 @@ int main(int argc, char** argv) {
     return 1;
   }
   // Load errors are logged by the registry, naming the model and the file.
-  if (absl::Status s = srv.load(&kernels::default_thread_pool()); !s.ok()) return 1;
+  const absl::Status loaded =
+      srv.load(&kernels::default_thread_pool(), [] { return stop->requested(); });
+  if (stop->requested()) {  // the models loaded so far may be serving: drained
+    spdlog::info("received {} while loading: stopping", signal_name(stop->wait()));
+    srv.shutdown();
+    return 0;
+  }
+  if (!loaded.ok()) return 1;
   // Wildcard hosts are printed as loopback: an address a client can dial.
   const auto dialable = [](const std::string& listen) {
     const std::string host = listen.substr(0, listen.rfind(':'));
@@ -281,7 +286,6 @@ int main(int argc, char** argv) {
   const std::string http =
       srv.http_port() > 0 ? str_cat(" http=", dialable(options.http_listen), ":", srv.http_port())
                           : "";
-  stop->serving();
   std::printf("hearth-server ready grpc=%s:%d metrics=%s%s\n", dialable(options.listen).c_str(),
               *port, metrics_address.c_str(), http.c_str());
   std::fflush(stdout);

@@ -28,7 +28,8 @@ ModelRegistry::~ModelRegistry() = default;
 
 absl::Status ModelRegistry::load_all(
     kernels::ThreadPool* kernel_pool, bool keep_going,
-    const std::function<void(const std::string&, ModelState)>& on_state, StepObserver* steps) {
+    const std::function<void(const std::string&, ModelState)>& on_state, StepObserver* steps,
+    const std::function<bool()>& stop_requested) {
   absl::Status first_error;
   std::size_t n;
   {
@@ -36,6 +37,8 @@ absl::Status ModelRegistry::load_all(
     n = entries_.size();
   }
   for (std::size_t i = 0; i < n; ++i) {
+    if (stop_requested && stop_requested())
+      return absl::CancelledError(str_cat("loading stopped before model ", i + 1, " of ", n));
     ModelSpec spec;
     {
       std::lock_guard<std::mutex> lock(mu_);

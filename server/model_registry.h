@@ -38,9 +38,12 @@ class ModelRegistry {
   // `on_state` is told). When one fails it is FAILED with the error, and
   // load_all returns that error unless `keep_going` (serve the others).
   // `steps` (may be nullptr) hears of every batched step of every model.
+  // Before each model, `stop_requested` (when set) is asked: true ends the
+  // loading there (CANCELLED; the models not reached stay LOADING).
   absl::Status load_all(kernels::ThreadPool* kernel_pool, bool keep_going,
                         const std::function<void(const std::string&, ModelState)>& on_state,
-                        StepObserver* steps = nullptr);
+                        StepObserver* steps = nullptr,
+                        const std::function<bool()>& stop_requested = {});
 
   // The pool serving `name`. NOT_FOUND (listing the served names) for an
   // unknown name; UNAVAILABLE while loading, draining or failed.

@@ -125,13 +125,15 @@ absl::StatusOr<int> HearthServer::start() {
   return port;
 }
 
-absl::Status HearthServer::load(kernels::ThreadPool* kernel_pool) {
+absl::Status HearthServer::load(kernels::ThreadPool* kernel_pool,
+                                const std::function<bool()>& stop_requested) {
   absl::Status s = registry_.load_all(
       kernel_pool, options_.keep_going,
       [this](const std::string& name, ModelState state) {
         set_health(name, state == ModelState::kServing);
       },
-      steps_);
+      steps_, stop_requested);
+  if (absl::IsCancelled(s)) return s;
   bool any = false;
   for (const ModelEntry& e : registry_.entries()) any = any || e.state == ModelState::kServing;
   if (!s.ok() && (!options_.keep_going || !any)) return s;

@@ -19,6 +19,7 @@
 
 #include <chrono>
 #include <cstddef>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -67,8 +68,11 @@ class HearthServer {
   absl::StatusOr<int> start();
   // The HTTP front end's bound port; 0 when it is off.
   int http_port() const { return http_port_; }
-  // Loads every model (see ModelRegistry::load_all); health follows.
-  absl::Status load(kernels::ThreadPool* kernel_pool);
+  // Loads every model (see ModelRegistry::load_all); health follows. When
+  // `stop_requested` turns true, no further model is loaded, and the server
+  // does not turn SERVING (CANCELLED).
+  absl::Status load(kernels::ThreadPool* kernel_pool,
+                    const std::function<bool()>& stop_requested = {});
   // Drains and stops (see above). Returns true if every generation finished
   // within the grace period.
   bool shutdown();

@@ -332,11 +332,12 @@ TEST(ServerDrainInProcessTest, DrainWaitsForAHandlerThatHasNotReturned) {
   EXPECT_TRUE(drained) << "the drain ran out of its 600 s grace period";
 }
 
-// A stop signal while the models load ends the process at once, exit 0,
-// without turning ready: signalled once the first of six models is warm, the
-// server never prints the ready line (the rest take far longer to load than
-// a signal to arrive). Before, the signal waited for the whole load, then
-// the server turned ready and drained.
+// A stop signal while the models load stops the loading after the current
+// model, drains what the loaded ones serve, and exits 0 without turning
+// ready: signalled once the first of six models is warm, the server never
+// prints the ready line (the rest take far longer to load than a signal to
+// arrive). Before, the signal waited for the whole load, then the server
+// turned ready and drained.
 TEST(ServerLifecycleTest, SigtermWhileLoadingExitsWithoutTurningReady) {
   const std::string path = slow_model();
   ASSERT_FALSE(path.empty());
@@ -352,7 +353,7 @@ TEST(ServerLifecycleTest, SigtermWhileLoadingExitsWithoutTurningReady) {
   EXPECT_EQ(server.wait_exit(patience()), std::optional<int>(0)) << server.describe();
   EXPECT_EQ(server.stdout_text().find("hearth-server ready"), std::string::npos)
       << server.stdout_text();
-  EXPECT_NE(server.stderr_text().find("received SIGTERM while loading: exiting"), std::string::npos)
+  EXPECT_NE(server.stderr_text().find("received SIGTERM while loading: stopping"), std::string::npos)
       << server.describe();
 }
 

@@ -47,9 +47,10 @@
 // Options (AttentionOptions): a sliding window limits each query to the
 // `window` most recent positions, its own included (position p is seen from
 // position i when i - window < p <= i, as llama.cpp's SWA mask); tiles sit
-// at multiples of 128 positions (so on one thread a row's result does not
-// depend on the chunk it came in), those before the first row's window are
-// skipped, and positions before a row's window inside a tile are masked. Soft-capping (Gemma 2) replaces each score
+// at multiples of 128 positions (so, unless a row's positions are split
+// across threads, its result does not depend on the chunk it came in), those
+// before the first row's window are skipped, and positions before a row's
+// window inside a tile are masked. Soft-capping (Gemma 2) replaces each score
 // s (already scaled) by softcap * tanh(s / softcap) before the softmax.
 //
 // Errors: InvalidArgument naming the field (n_heads not a multiple of

@@ -208,6 +208,9 @@ HttpFrontEnd::~HttpFrontEnd() { stop(); }
 
 namespace {
 thread_local bool t_response_counted = false;  // see HttpFrontEnd::response_begins
+// Set by a handler whose request's body was not read to its end: the
+// connection is shut down after the response (httplib's logger runs then).
+thread_local bool t_close_after_response = false;
 }  // namespace
 
 void HttpFrontEnd::response_begins() { t_response_counted = responses_.begin(); }
@@ -243,7 +246,13 @@ absl::StatusOr<int> HttpFrontEnd::start() {
   s.set_read_timeout(options_.idle_timeout_s, 0);
   s.set_write_timeout(options_.idle_timeout_s, 0);
   s.set_keep_alive_timeout(options_.idle_timeout_s);
-  s.set_logger([this](const httplib::Request&, const httplib::Response&) { response_written(); });
+  s.set_logger([this](const httplib::Request& req, const httplib::Response&) {
+    if (t_close_after_response) {
+      t_close_after_response = false;
+      if (const int fd = connection_socket(req); fd >= 0) ::shutdown(fd, SHUT_RDWR);
+    }
+    response_written();
+  });
   s.Get("/health", [this](const httplib::Request&, httplib::Response& res) { health(res); });
   s.Get("/v1/models",
         [this](const httplib::Request& req, httplib::Response& res) { list_models(req, res); });
@@ -425,7 +434,13 @@ void HttpFrontEnd::generate(const httplib::Request& req, const httplib::ContentR
     // (too large, cut short). The client may be gone, so the response may
     // never be written (and logged): it is not waited for.
     if (too_large) res.status = 413;
-    if (!complete) res.set_header("Connection", "close");
+    if (!complete) {
+      // httplib keeps a connection open unless its request asked otherwise:
+      // the body's unread rest would be parsed as the next request. The
+      // connection ends once the answer is written (the logger).
+      res.set_header("Connection", "close");
+      t_close_after_response = true;
+    }
     response_written();
     return;
   }

@@ -296,6 +296,32 @@ TEST_F(ServerHttpTest, HugeBodiesMalformedJsonAndInvalidUtf8AreRefused) {
                                 "application/json");
   ASSERT_TRUE(chunked_within);
   EXPECT_EQ(chunked_within->status, 200) << chunked_within->body;
+  // Past the bound up to which the rest of a too-large body is read and
+  // dropped (4x the limit), the connection is closed after the 413: what
+  // the client sent beyond is never parsed as requests of its own (here the
+  // body is made of them; httplib alone goes on reading the connection and
+  // answers what it finds there).
+  {
+    std::string requests;
+    while (requests.size() < 6 * 65536) requests += "GET /v1/models HTTP/1.1\r\nHost: x\r\n\r\n";
+    std::string raw =
+        "POST /v1/completions HTTP/1.1\r\nHost: test\r\nTransfer-Encoding: chunked\r\n\r\n";
+    for (std::size_t at = 0; at < requests.size(); at += 8192) {
+      const std::string chunk = requests.substr(at, 8192);
+      char size[32];
+      std::snprintf(size, sizeof size, "%zx\r\n", chunk.size());
+      raw += size + chunk + "\r\n";
+    }
+    raw += "0\r\n\r\n";
+    RawConnection smuggler(server_.http_address());
+    smuggler.send_all(raw);  // may fail once the server has closed its end
+    EXPECT_TRUE(smuggler.read_until_closed()) << smuggler.received().substr(0, 500);
+    // At most the 413 (a reset after it may lose even that), nothing after.
+    const std::string& got = smuggler.received();
+    const std::size_t first = got.find("HTTP/1.1 ");
+    EXPECT_TRUE(first == std::string::npos || got.find("HTTP/1.1 ", first + 1) == std::string::npos)
+        << got.substr(0, 2000);
+  }
 
   // A body declared as a form (curl -d's default) is read as JSON too, past
   // the 8 KB that httplib allows forms, and within --max-message-bytes.

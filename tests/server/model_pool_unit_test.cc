@@ -39,8 +39,10 @@ TEST(ModelPoolUnit, AnInstanceFreedAfterTheDeadlineDoesNotAdmitTheWaiter) {
 
   std::mutex mu;
   std::condition_variable cv;
-  bool in_check = false, open = false;  // guarded by mu
-  const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(20);
+  bool in_check = false, open = false, returned = false;  // guarded by mu
+  // Long enough that the waiter reaches its cancellation check first, except
+  // on a machine stalled that long (then it returns at once, as it must).
+  const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(200);
   std::optional<absl::Status> waiter_status;
   std::thread waiter([&] {
     auto cancelled = [&] {
@@ -50,11 +52,15 @@ TEST(ModelPoolUnit, AnInstanceFreedAfterTheDeadlineDoesNotAdmitTheWaiter) {
       cv.wait(lock, [&] { return open; });
       return false;
     };
-    waiter_status = (*pool)->acquire(deadline, cancelled, {}).status();
+    const absl::Status st = (*pool)->acquire(deadline, cancelled, {}).status();
+    std::lock_guard lock(mu);
+    waiter_status = st;
+    returned = true;
+    cv.notify_all();
   });
   {
     std::unique_lock lock(mu);
-    cv.wait(lock, [&] { return in_check; });
+    cv.wait(lock, [&] { return in_check || returned; });
   }
   while (Clock::now() < deadline) std::this_thread::yield();  // the deadline passes
   holder.reset();                                             // the instance comes free

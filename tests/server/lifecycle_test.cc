@@ -353,7 +353,8 @@ TEST(ServerLifecycleTest, SigtermWhileLoadingExitsWithoutTurningReady) {
   EXPECT_EQ(server.wait_exit(patience()), std::optional<int>(0)) << server.describe();
   EXPECT_EQ(server.stdout_text().find("hearth-server ready"), std::string::npos)
       << server.stdout_text();
-  EXPECT_NE(server.stderr_text().find("received SIGTERM while loading: stopping"), std::string::npos)
+  EXPECT_NE(server.stderr_text().find("received SIGTERM while loading: stopping"),
+            std::string::npos)
       << server.describe();
 }
 

@@ -58,11 +58,8 @@ absl::StatusOr<GenerationResult> generate(Module& module, const Tokenizer& token
   CachingAllocator* caching =
       &temp == static_cast<MemoryAllocator*>(&lease.allocator()) ? &lease.allocator() : nullptr;
   const CachingAllocatorStats temp_before = caching ? caching->stats() : CachingAllocatorStats{};
-  std::uint64_t step_peak = 0;
-  auto end_step = [&] {
-    temp.reset();
-    if (caching != nullptr) step_peak = std::max(step_peak, caching->stats().last_reset_peak_bytes);
-  };
+  if (caching != nullptr) caching->begin_span();  // steps reset at every layer and at their end
+  auto end_step = [&] { temp.reset(); };
 
   GenerationResult result;
   Clock::time_point t_prefilled = t_start, t_first = t_start;
@@ -108,8 +105,8 @@ absl::StatusOr<GenerationResult> generate(Module& module, const Tokenizer& token
     result.stats.temp_lookups = after.lookups - temp_before.lookups;
     result.stats.temp_hits = after.hits - temp_before.hits;
     result.stats.temp_misses = after.misses - temp_before.misses;
-    result.stats.temp_peak_bytes = step_peak;
-    module.note_temp_peak(step_peak);
+    result.stats.temp_peak_bytes = after.span_peak_bytes;
+    module.note_temp_peak(after.span_peak_bytes);
   }
   return result;
 }

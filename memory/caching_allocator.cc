@@ -111,6 +111,7 @@ CachingAllocatorStats& CachingAllocatorStats::operator+=(const CachingAllocatorS
   in_use_bytes += o.in_use_bytes;
   peak_bytes += o.peak_bytes;
   last_reset_peak_bytes += o.last_reset_peak_bytes;
+  span_peak_bytes += o.span_peak_bytes;
   cached_bytes += o.cached_bytes;
   reserved_bytes += o.reserved_bytes;
   return *this;
@@ -228,8 +229,16 @@ void* CachingAllocator::allocate(std::size_t size, std::size_t alignment) noexce
   const std::uint64_t in_use = load(pub_.in_use_bytes);
   raise(pub_.peak_bytes, in_use);
   raise(pub_.window_peak_bytes, in_use);
+  raise(pub_.span_peak_bytes, in_use);
   end_write();
   return b->memory;
+}
+
+void CachingAllocator::begin_span() noexcept {
+  check_owner();
+  begin_write();
+  publish(pub_.span_peak_bytes, load(pub_.in_use_bytes));
+  end_write();
 }
 
 void CachingAllocator::reset() noexcept {
@@ -288,6 +297,7 @@ CachingAllocatorStats CachingAllocator::stats() const noexcept {
       s.in_use_bytes = read(pub_.in_use_bytes);
       s.peak_bytes = read(pub_.peak_bytes);
       s.last_reset_peak_bytes = read(pub_.last_reset_peak_bytes);
+      s.span_peak_bytes = read(pub_.span_peak_bytes);
       s.cached_bytes = read(pub_.cached_bytes);
       s.reserved_bytes = read(pub_.reserved_bytes);
       if (pub_.seq.load(std::memory_order_relaxed) == before) return s;

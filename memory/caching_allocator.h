@@ -46,8 +46,9 @@ struct CachingAllocatorStats {
   std::uint64_t in_use_bytes = 0;           // live blocks
   std::uint64_t peak_bytes = 0;             // highest in_use_bytes since construction
   std::uint64_t last_reset_peak_bytes = 0;  // highest in_use_bytes between the last two resets
-  std::uint64_t cached_bytes = 0;           // idle blocks kept for reuse
-  std::uint64_t reserved_bytes = 0;         // in use + cached: what the heap holds for us
+  std::uint64_t span_peak_bytes = 0;  // highest in_use_bytes since begin_span(), resets or not
+  std::uint64_t cached_bytes = 0;     // idle blocks kept for reuse
+  std::uint64_t reserved_bytes = 0;   // in use + cached: what the heap holds for us
 
   double hit_ratio() const noexcept {
     return lookups == 0 ? 0.0 : static_cast<double>(hits) / static_cast<double>(lookups);
@@ -76,6 +77,10 @@ class CachingAllocator final : public MemoryAllocator {
   void* allocate(std::size_t size, std::size_t alignment = kDefaultAlignment) noexcept override;
   // Returns every live block to the cache, then trims to the cap.
   void reset() noexcept override;
+  // Starts a span for span_peak_bytes: the peak of a piece of work whose
+  // parts reset in between (a forward resets at every layer), called by the
+  // owner of that work's lease before it begins. Spans do not nest.
+  void begin_span() noexcept;
 
   // Frees least recently used idle blocks until at most `keep_bytes` stay cached.
   void trim_cache(std::size_t keep_bytes) noexcept;
@@ -104,7 +109,7 @@ class CachingAllocator final : public MemoryAllocator {
     std::atomic<std::uint64_t> seq{0};  // odd while the owner is writing
     std::atomic<std::uint64_t> lookups{0}, hits{0}, misses{0}, failures{0}, resets{0}, trims{0},
         trimmed_bytes{0}, in_use_bytes{0}, peak_bytes{0}, window_peak_bytes{0},
-        last_reset_peak_bytes{0}, cached_bytes{0}, reserved_bytes{0};
+        last_reset_peak_bytes{0}, span_peak_bytes{0}, cached_bytes{0}, reserved_bytes{0};
   };
   void begin_write() noexcept;
   void end_write() noexcept;

@@ -258,6 +258,7 @@ void StepLoop::loop() {
     {
       TempAllocatorLease temp;  // this step's scratch, reset when it ends
       const CachingAllocatorStats before = temp.allocator().stats();
+      temp.allocator().begin_span();  // the forward resets at every layer
       absl::StatusOr<std::span<const float>> logits = forward_->step(inputs_);
       if (logits.ok() && prefixes_ != nullptr)
         for (std::size_t i = 0; i < stepped_.size(); ++i)
@@ -288,8 +289,8 @@ void StepLoop::loop() {
         if (a == nullptr) continue;
         a->result.temp_lookups += after.lookups - before.lookups;
         a->result.temp_hits += after.hits - before.hits;
-        a->result.temp_peak_bytes = std::max<std::uint64_t>(
-            a->result.temp_peak_bytes, std::max(after.last_reset_peak_bytes, after.in_use_bytes));
+        a->result.temp_peak_bytes =
+            std::max<std::uint64_t>(a->result.temp_peak_bytes, after.span_peak_bytes);
       }
     }
     if (observer_ != nullptr)

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <atomic>
+#include <thread>
 
 #include "memory/thread_temp_allocator.h"
 #include "tests/support/shared_data.h"
@@ -62,6 +63,28 @@ TEST(Generation, GreedyTextMatchesTheReferenceAndStreamsInOrder) {
   EXPECT_GT(r->stats.temp_lookups, 0u);
   EXPECT_GE(static_cast<double>(r->stats.temp_hits) / r->stats.temp_lookups, 0.95);
   EXPECT_GT(r->stats.temp_peak_bytes, 0u);
+}
+
+// The reported temp peak is the most the generation's scratch held at once,
+// its forwards' layers included (each layer resets the allocator, and the
+// figure once kept only the logits' and sampler's part): on a thread of its
+// own, whose allocator served nothing else, it equals that allocator's
+// lifetime peak.
+TEST(Generation, TempPeakCountsEveryLayersScratch) {
+  HEARTH_REQUIRE_SHARED();
+  Loaded l = load_stories();
+  GenerationRequest req;
+  req.prompt = "Once upon a time there was a little girl who lived in a village near the forest";
+  req.max_tokens = 2;
+  std::uint64_t reported = 0, held = 0;
+  std::thread([&] {
+    auto r = generate(*l.module, *l.tokenizer, req, nullptr);
+    ASSERT_TRUE(r.ok()) << r.status();
+    reported = r->stats.temp_peak_bytes;
+    held = thread_temp_allocator().stats().peak_bytes;
+  }).join();
+  EXPECT_GT(held, 0u);
+  EXPECT_EQ(reported, held);
 }
 
 TEST(Generation, StopStringsCutTheTextAndReportStop) {

@@ -87,6 +87,27 @@ TEST(CachingAllocator, ByteAccountingFollowsBlocks) {
   EXPECT_EQ(a.stats().peak_bytes, 128u + 1024u);
 }
 
+// A span's peak holds across resets (a forward resets at every layer), and
+// starts again at begin_span() from what is in use then.
+TEST(CachingAllocator, SpanPeakHoldsAcrossResetsUntilTheNextSpan) {
+  CachingAllocator a;
+  a.allocate(64);
+  a.begin_span();
+  EXPECT_EQ(a.stats().span_peak_bytes, 64u);
+  a.allocate(1000);  // a 1024-byte block
+  a.reset();
+  a.allocate(100);  // 128
+  a.reset();
+  CachingAllocatorStats s = a.stats();
+  EXPECT_EQ(s.span_peak_bytes, 64u + 1024u);
+  EXPECT_LT(s.last_reset_peak_bytes, s.span_peak_bytes);  // the last window alone
+  a.begin_span();
+  a.allocate(100);
+  s = a.stats();
+  EXPECT_EQ(s.span_peak_bytes, s.in_use_bytes);
+  EXPECT_LT(s.span_peak_bytes, 64u + 1024u);
+}
+
 TEST(CachingAllocator, RoundsToSizeClassesSoGrowingBuffersHit) {
   CachingAllocator a;
   // 4 KiB plus one float per step stays in one class for 255 steps.

@@ -105,8 +105,12 @@ void GrammarBuilder::skip_space(bool newlines) {
 
 absl::Status GrammarBuilder::count_elements(std::size_t n) {
   element_count_ += n;
+  // ResourceExhausted, not a syntax error: a valid grammar (or a schema
+  // converted to one) can be this large.
   if (element_count_ > Grammar::kMaxElements)
-    return error(str_cat("the grammar compiles to more than ", Grammar::kMaxElements, " elements"));
+    return absl::ResourceExhaustedError(
+        error(str_cat("the grammar compiles to more than ", Grammar::kMaxElements, " elements"))
+            .message());
   return absl::OkStatus();
 }
 

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "base/json_shape.h"
 #include "base/status_macros.h"
 #include "base/str_cat.h"
 #include "base/utf8.h"
@@ -1596,36 +1597,6 @@ class Converter {
   int struct_depth_ = 0;  // objects and arrays entered: characters written since
 };
 
-// Why the JSON text is refused before it is parsed (empty: it is not):
-// nesting deeper than kMaxJsonNesting, or an object with more than
-// kMaxMembers members (the order-keeping parser checks each new key against
-// all the object's others, which is quadratic).
-std::string shape_problem(std::string_view text) {
-  std::vector<std::pair<bool, std::size_t>> open;  // per level: an object?, its commas
-  bool in_string = false;
-  for (std::size_t i = 0; i < text.size(); ++i) {
-    const char c = text[i];
-    if (in_string) {
-      if (c == '\\')
-        ++i;
-      else if (c == '"')
-        in_string = false;
-    } else if (c == '"') {
-      in_string = true;
-    } else if (c == '{' || c == '[') {
-      if (open.size() == kMaxJsonNesting)
-        return str_cat("nested deeper than ", kMaxJsonNesting, " levels");
-      open.emplace_back(c == '{', 0);
-    } else if ((c == '}' || c == ']') && !open.empty()) {
-      open.pop_back();
-    } else if (c == ',' && !open.empty() && open.back().first &&
-               ++open.back().second >= kMaxMembers) {
-      return str_cat("an object with more than ", kMaxMembers, " members");
-    }
-  }
-  return "";
-}
-
 }  // namespace
 
 std::string_view any_json_gbnf() {
@@ -1643,7 +1614,10 @@ std::string_view any_json_gbnf() {
 absl::StatusOr<std::string> json_schema_to_gbnf(std::string_view schema_json) {
   if (schema_json.size() > kMaxSchemaText)
     return absl::InvalidArgumentError(str_cat("schema #: longer than ", kMaxSchemaText, " bytes"));
-  if (const std::string problem = shape_problem(schema_json); !problem.empty())
+  // Refused before it is parsed: nlohmann copies deep values recursively,
+  // and its order-keeping objects check each new key against all the others.
+  if (const std::string problem = json_shape_problem(schema_json, kMaxJsonNesting, kMaxMembers);
+      !problem.empty())
     return absl::InvalidArgumentError(str_cat("schema #: ", problem));
   Json doc;
   try {

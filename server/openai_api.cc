@@ -6,7 +6,7 @@
 #include <limits>
 #include <optional>
 
-#include "base/json_nesting.h"
+#include "base/json_shape.h"
 #include "base/status_macros.h"
 #include "base/str_cat.h"
 #include "engine/unicode.h"
@@ -417,8 +417,8 @@ absl::StatusOr<Request> parse_request(Endpoint endpoint, std::string_view body,
                                       std::size_t max_tokens_limit, std::uint64_t default_seed) {
   if (const std::size_t bad = engine::first_invalid_utf8(body); bad < body.size())
     return invalid(str_cat("request body: not valid UTF-8 (byte ", bad, ")"));
-  if (json_nested_deeper_than(body, kMaxRequestJsonNesting))
-    return invalid(str_cat("request body: nested deeper than ", kMaxRequestJsonNesting, " levels"));
+  if (const std::string problem = json_shape_problem(body); !problem.empty())
+    return invalid(str_cat("request body: ", problem));
   Json json = Json::parse(body, nullptr, false);
   if (json.is_discarded()) {
     // Parse again to learn where and why (the non-throwing parse says neither).

@@ -3,7 +3,7 @@
 #include <climits>
 #include <map>
 
-#include "base/json_nesting.h"
+#include "base/json_shape.h"
 #include "base/status_macros.h"
 #include "base/str_cat.h"
 #include "engine/unicode.h"
@@ -116,8 +116,8 @@ absl::Status map_generation_options(const Request& r, std::size_t max_tokens_lim
 
 // `text` parsed as JSON, or InvalidArgument naming `field`.
 absl::StatusOr<nlohmann::ordered_json> parse_json(const std::string& text, std::string_view field) {
-  if (json_nested_deeper_than(text, kMaxRequestJsonNesting))
-    return invalid(str_cat(field, ": nested deeper than ", kMaxRequestJsonNesting, " levels"));
+  if (const std::string problem = json_shape_problem(text); !problem.empty())
+    return invalid(str_cat(field, ": ", problem));
   nlohmann::ordered_json value = nlohmann::ordered_json::parse(text, nullptr, false);
   if (value.is_discarded()) return invalid(str_cat(field, ": not valid JSON"));
   return value;

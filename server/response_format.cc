@@ -73,6 +73,8 @@ absl::StatusOr<std::shared_ptr<const grammar::Grammar>> compile(
     case F::kGrammar: {
       absl::StatusOr<std::shared_ptr<const grammar::Grammar>> g =
           grammar::Grammar::parse(format.grammar());
+      if (absl::IsResourceExhausted(g.status()))  // too large: the client's to shrink
+        return with_field("grammar", absl::InvalidArgumentError(g.status().message()));
       if (!g.ok()) return with_field("grammar", g.status());
       return g;
     }
@@ -80,8 +82,12 @@ absl::StatusOr<std::shared_ptr<const grammar::Grammar>> compile(
       absl::StatusOr<std::string> gbnf = grammar::json_schema_to_gbnf(format.json_schema());
       if (!gbnf.ok()) return with_field("json_schema", gbnf.status());
       absl::StatusOr<std::shared_ptr<const grammar::Grammar>> g = grammar::Grammar::parse(*gbnf);
-      // The converter writes only grammars the parser accepts: a refusal
-      // here is hearth's bug, not the client's.
+      // The converter writes only grammars the parser accepts, so a refusal
+      // here is hearth's bug, not the client's, unless the schema is too
+      // large for the grammar's limits (25 strings of maxLength 10000).
+      if (absl::IsResourceExhausted(g.status()))
+        return with_field("json_schema", absl::InvalidArgumentError(str_cat(
+                                             "the schema is too large: ", g.status().message())));
       if (!g.ok()) return with_field("json_schema", absl::InternalError(g.status().message()));
       return g;
     }

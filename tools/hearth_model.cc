@@ -23,7 +23,7 @@
 #include <vector>
 
 #include "base/cli_flags.h"
-#include "base/json_nesting.h"
+#include "base/json_shape.h"
 #include "base/status_macros.h"
 #include "base/str_cat.h"
 #include "chat/chat_prompt.h"
@@ -181,9 +181,8 @@ absl::StatusOr<nlohmann::ordered_json> read_json(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) return absl::NotFoundError(str_cat("cannot read '", path, "'"));
   const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (json_nested_deeper_than(text, kMaxRequestJsonNesting))
-    return absl::InvalidArgumentError(
-        str_cat("'", path, "': nested deeper than ", kMaxRequestJsonNesting, " levels"));
+  if (const std::string problem = json_shape_problem(text); !problem.empty())
+    return absl::InvalidArgumentError(str_cat("'", path, "': ", problem));
   nlohmann::ordered_json value = nlohmann::ordered_json::parse(text, nullptr, false);
   if (value.is_discarded()) return absl::InvalidArgumentError(str_cat("'", path, "': not JSON"));
   return value;

@@ -247,6 +247,23 @@ TEST(OpenAiRequest, DeeplyNestedBodiesAreRefusedBeforeTheyAreParsed) {
   EXPECT_EQ(text->generate.request.prompt, brackets_in_text + "\"[");
 }
 
+// An object of more than kMaxRequestJsonMembers members is refused before it
+// is parsed: nlohmann's ordered objects look each new key up among the keys
+// before it, so 350k members (a 4 MB body) took minutes. Commas in strings
+// and in arrays do not count.
+TEST(OpenAiRequest, ObjectsOfTooManyMembersAreRefusedBeforeTheyAreParsed) {
+  const auto with_members = [](std::size_t n) {
+    std::string body = R"({"model": "m", "prompt": "a, b, c", "metadata": {)";
+    for (std::size_t i = 0; i < n; ++i) body += (i ? ",\"k" : "\"k") + std::to_string(i) + "\": 0";
+    return body + R"(}, "stop": [",", ",", ","]})";
+  };
+  EXPECT_EQ(refusal(completion(with_members(350000))),
+            "request body: an object with more than 4096 members");
+  EXPECT_EQ(refusal(completion(with_members(4097))),
+            "request body: an object with more than 4096 members");
+  EXPECT_TRUE(completion(with_members(4096)).ok());
+}
+
 // OpenAI's top_p is in [0, 1]; 0 keeps the most likely token alone.
 TEST(OpenAiRequest, TopPZeroKeepsTheMostLikelyToken) {
   absl::StatusOr<Request> r = completion(R"({"model": "m", "prompt": "x", "top_p": 0})");

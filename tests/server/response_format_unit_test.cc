@@ -62,6 +62,26 @@ TEST(ResponseFormat, RefusalsNameTheFieldAndAreNotKept) {
   EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(s.status().message().rfind("response_format.json_schema: schema #: ", 0), 0u)
       << s.status();
+  // A valid schema too large for the grammar's limits is the client's to
+  // shrink (INVALID_ARGUMENT), not hearth's bug (it was INTERNAL: HTTP 500);
+  // a grammar as large likewise, not RESOURCE_EXHAUSTED (a 429 to retry).
+  std::string properties;
+  for (int i = 0; i < 25; ++i)
+    properties += (i ? ", " : "") + std::string("\"p") + std::to_string(i) +
+                  "\": {\"type\": \"string\", \"maxLength\": 10000}";
+  v1::ResponseFormat large;
+  large.set_json_schema("{\"type\": \"object\", \"properties\": {" + properties + "}}");
+  s = compile_response_format(large);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << s.status();
+  EXPECT_NE(s.status().message().find("the schema is too large"), std::string::npos) << s.status();
+  std::string huge = "root ::=";
+  for (int i = 0; i < 101; ++i) huge += " \"a\"{10000}";
+  v1::ResponseFormat huge_grammar;
+  huge_grammar.set_grammar(huge);
+  s = compile_response_format(huge_grammar);
+  ASSERT_FALSE(s.ok());
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument) << s.status();
 }
 
 TEST(ResponseFormat, ThreadsCompilingAtOnceAgree) {

@@ -59,7 +59,6 @@ absl::StatusOr<GenerationResult> generate(Module& module, const Tokenizer& token
       &temp == static_cast<MemoryAllocator*>(&lease.allocator()) ? &lease.allocator() : nullptr;
   const CachingAllocatorStats temp_before = caching ? caching->stats() : CachingAllocatorStats{};
   if (caching != nullptr) caching->begin_span();  // steps reset at every layer and at their end
-  auto end_step = [&] { temp.reset(); };
 
   GenerationResult result;
   Clock::time_point t_prefilled = t_start, t_first = t_start;
@@ -74,20 +73,20 @@ absl::StatusOr<GenerationResult> generate(Module& module, const Tokenizer& token
     const bool logits_wanted = seq.wants_logits(tokens.size());
     auto logits = module.forward(tokens, seq.position());
     if (!logits.ok()) {
-      end_step();
+      temp.reset();
       return logits.status();
     }
     if (logits_wanted && !sampled) t_prefilled = Clock::now();
     const absl::Status s =
         seq.advance(tokens.size(), logits_wanted ? logits->data() : nullptr, temp, on_token);
-    end_step();
+    temp.reset();
     if (!s.ok()) return s;
     if (logits_wanted && !sampled) {
       sampled = true;
       t_first = Clock::now();
     }
   }
-  end_step();
+  temp.reset();
   const auto t_end = Clock::now();
   if (!sampled) t_prefilled = t_first = t_end;
   result.prompt_ids.assign(seq.prompt_ids().begin(), seq.prompt_ids().end());

@@ -36,6 +36,12 @@ bool positive_normal_float(double v) {
   return x > 0 && std::isnormal(x);
 }
 
+// Whether a linear rope factor and its reciprocal (the frequency scale the
+// forward pass uses) are both positive normal floats.
+bool rope_factor_ok(double factor) {
+  return positive_normal_float(factor) && positive_normal_float(1.0 / factor);
+}
+
 // An optional float key: `fallback` when absent; refused unless a positive
 // normal float (or 0 with allow_zero).
 absl::StatusOr<float> optional_float(const GgufFile& f, const std::string& key, float fallback,
@@ -189,11 +195,11 @@ absl::StatusOr<ModelConfig> read_model_config(const GgufFile& f) {
                                               "' is not supported (none, linear)"));
     }
     auto factor = f.get_float(a + ".rope.scaling.factor");
-    if (!factor.ok() || !positive_normal_float(*factor) || !positive_normal_float(1.0 / *factor))
+    if (!factor.ok() || !rope_factor_ok(*factor))
       return invalid(f, "linear rope scaling needs a positive, finite rope.scaling.factor");
     c.rope_freq_scale = static_cast<float>(1.0 / *factor);
   } else if (auto factor = f.get_float(a + ".rope.scale_linear"); factor.ok() && *factor > 0) {
-    if (!positive_normal_float(*factor) || !positive_normal_float(1.0 / *factor))
+    if (!rope_factor_ok(*factor))
       return invalid(f, str_cat("rope.scale_linear ", *factor, " is out of range"));
     c.rope_freq_scale = static_cast<float>(1.0 / *factor);
   }

@@ -32,19 +32,49 @@ enum class QkNorm {
 
 enum class Presence { kAbsent, kOptional, kRequired };
 
+// A window llama.cpp assumes for files of a family converted before the
+// {arch}.attention.sliding_window key existed, matched on the file's layer
+// count and training context (0: any).
+struct LegacyWindow {
+  std::size_t n_layer = 0;
+  std::size_t n_ctx_train = 0;
+  std::size_t window = 0;
+};
+
+// What {arch}.attention.sliding_window means for an architecture.
+enum class WindowKey {
+  kIgnored,  // no sliding layers; the key is ignored, as llama.cpp does (Qwen 2)
+  kRefused,  // sliding layers hearth does not run (OLMo 3's, written as olmo2)
+  kUsed,
+};
+
 // When the file sets {arch}.attention.sliding_window, which layers use it:
 // layer l slides unless (l + 1) is a multiple of global_every (0: every
 // layer slides). Gemma 2 alternates (2: even layers slide), Gemma 3 has one
 // global layer in 6.
 struct SlidingWindowRule {
-  bool allowed = false;
+  WindowKey key = WindowKey::kIgnored;
   std::size_t global_every = 0;
   // RoPE base of sliding layers (Gemma 3: 10000, its global layers use the
-  // file's freq_base and rope scaling); 0: the same as every layer.
+  // file's base and rope scaling); 0: the same as every layer.
   float rope_base = 0.0f;
   // Files of the family always carry the key (0: no window); the synthetic
-  // writer follows it (llama.cpp refuses Phi-3 files without it).
+  // writer follows it.
   bool always_in_file = false;
+  // Without the key: the first matching legacy window; no match, a refusal
+  // naming the key when required (llama.cpp refuses such Phi-3 files), else
+  // no window.
+  std::span<const LegacyWindow> when_absent = {};
+  bool required = false;
+};
+
+// {arch}.attn_logit_softcapping and final_logit_softcapping (Gemma 2), and
+// the values files converted before the keys existed were made for (0: no
+// capping).
+struct SoftCapRule {
+  bool read = false;
+  float attention_when_absent = 0.0f;
+  float final_when_absent = 0.0f;
 };
 
 struct ArchitectureSpec {
@@ -60,8 +90,7 @@ struct ArchitectureSpec {
   bool embedding_scale_sqrt_dim = false;  // embeddings multiplied by sqrt(n_embd) (Gemma)
   // {arch}.embedding_scale, residual_scale, attention.scale, logit_scale (Granite).
   bool granite_scales = false;
-  // {arch}.attn_logit_softcapping and final_logit_softcapping (Gemma 2).
-  bool softcaps = false;
+  SoftCapRule softcaps = {};
   SlidingWindowRule sliding_window = {};
   // rope_factors_long.weight / rope_factors_short.weight, chosen by the
   // context against {arch}.rope.scaling.original_context_length (Phi-3).

@@ -54,6 +54,31 @@ absl::StatusOr<float> optional_float(const GgufFile& f, const std::string& key, 
   return static_cast<float>(*v);
 }
 
+// The file's sliding window (0: none), as its architecture's rule reads
+// {arch}.attention.sliding_window (engine/architecture.h).
+absl::StatusOr<std::size_t> sliding_window(const GgufFile& f, const ModelConfig& c) {
+  const SlidingWindowRule& rule = c.arch->sliding_window;
+  const std::string key = c.arch_name + ".attention.sliding_window";
+  if (rule.key == WindowKey::kIgnored) return 0;
+  if (f.find(key) != nullptr) {
+    auto w = f.get_uint(key);
+    if (!w.ok()) return w.status();
+    if (*w != 0 && rule.key == WindowKey::kRefused)
+      return absl::UnimplementedError(str_cat("model '", f.name(), "': key '", key, "' = ", *w,
+                                              ": sliding-window layers of ", c.arch_name,
+                                              " files are not supported"));
+    return static_cast<std::size_t>(*w);  // 0: no window (files write 0 for "none")
+  }
+  auto matches = [](std::size_t want, std::size_t have) { return want == 0 || want == have; };
+  for (const LegacyWindow& l : rule.when_absent)
+    if (matches(l.n_layer, c.n_layer) && matches(l.n_ctx_train, c.n_ctx_train)) return l.window;
+  if (rule.required)
+    return invalid(
+        f, str_cat("is missing the key '", key, "', and no window is known for ", c.arch_name,
+                   " files of ", c.n_layer, " layers and context ", c.n_ctx_train));
+  return 0;
+}
+
 // The keys an architecture's entry adds: scales, soft-capping, sliding
 // windows, long/short rope factors; then each layer's attention.
 absl::Status read_architecture_traits(const GgufFile& f, ModelConfig& c) {
@@ -79,11 +104,12 @@ absl::Status read_architecture_traits(const GgufFile& f, ModelConfig& c) {
     HEARTH_ASSIGN_OR_RETURN(float logit_divisor, optional_float(f, a + ".logit_scale", 1.0f));
     c.logit_scale = 1.0f / logit_divisor;
   }
-  if (arch.softcaps) {
+  if (arch.softcaps.read) {
     HEARTH_ASSIGN_OR_RETURN(c.attn_softcap,
-                            optional_float(f, a + ".attn_logit_softcapping", 0.0f, true));
-    HEARTH_ASSIGN_OR_RETURN(c.final_softcap,
-                            optional_float(f, a + ".final_logit_softcapping", 0.0f, true));
+                            optional_float(f, a + ".attn_logit_softcapping",
+                                           arch.softcaps.attention_when_absent, true));
+    HEARTH_ASSIGN_OR_RETURN(c.final_softcap, optional_float(f, a + ".final_logit_softcapping",
+                                                            arch.softcaps.final_when_absent, true));
   }
   if (arch.long_short_rope_factors && f.find_tensor("rope_factors_long.weight") != nullptr) {
     std::size_t original = c.n_ctx_train;
@@ -95,15 +121,7 @@ absl::Status read_architecture_traits(const GgufFile& f, ModelConfig& c) {
     HEARTH_ASSIGN_OR_RETURN(c.rope_attn_factor,
                             optional_float(f, a + ".rope.scaling.attn_factor", 1.0f));
   }
-  std::size_t window = 0;
-  const std::string window_key = a + ".attention.sliding_window";
-  // Architectures without sliding-window layers ignore the key, as llama.cpp
-  // does (Qwen 2's configs carry an unused sliding_window, for one).
-  if (arch.sliding_window.allowed && f.find(window_key) != nullptr) {
-    auto w = f.get_uint(window_key);
-    if (!w.ok()) return w.status();
-    window = static_cast<std::size_t>(*w);  // 0: no window (files write 0 for "none")
-  }
+  HEARTH_ASSIGN_OR_RETURN(const std::size_t window, sliding_window(f, c));
   c.layers.assign(c.n_layer, LayerAttention{0, c.rope_base, c.rope_freq_scale});
   const SlidingWindowRule& rule = arch.sliding_window;
   for (std::size_t l = 0; l < c.n_layer && window != 0; ++l) {

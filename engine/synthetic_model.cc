@@ -138,7 +138,7 @@ void add_architecture_keys(GgufWriter& w, const ArchitectureSpec& arch,
   }
   if (s.sliding_window != 0 || arch.sliding_window.always_in_file)
     w.add_uint32(a + ".attention.sliding_window", static_cast<std::uint32_t>(s.sliding_window));
-  if (arch.softcaps) {  // Gemma 2's values
+  if (arch.softcaps.read) {  // Gemma 2's values
     w.add_float32(a + ".attn_logit_softcapping", 50.0f);
     w.add_float32(a + ".final_logit_softcapping", 30.0f);
   }
@@ -212,7 +212,7 @@ absl::StatusOr<std::string> synthesize_model(const SyntheticModelSpec& s) {
   const ArchitectureSpec* arch = find_architecture(s.architecture);
   if (arch == nullptr)
     return bad(str_cat("architecture '", s.architecture, "' is not one of ", architecture_names()));
-  if (s.sliding_window != 0 && !arch->sliding_window.allowed)
+  if (s.sliding_window != 0 && arch->sliding_window.key != WindowKey::kUsed)
     return bad(str_cat("a sliding window is not part of ", s.architecture, " models"));
   if (!(s.bias_scale >= 0.0f && std::isfinite(s.bias_scale)))
     return bad(str_cat("bias_scale ", s.bias_scale, " must be finite and non-negative"));

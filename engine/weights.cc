@@ -3,6 +3,8 @@
 #include <algorithm>
 #include <cstring>
 #include <map>
+#include <string_view>
+#include <unordered_set>
 
 #include "absl/status/status.h"
 #include "base/status_macros.h"
@@ -24,15 +26,6 @@ absl::Status bad_tensor(const GgufFile& f, const GgufTensorInfo& t, std::string_
   return absl::InvalidArgumentError(str_cat("model '", f.name(), "': tensor '", t.name, "' (",
                                             ggml_type_name(t.type), ", info at offset ",
                                             t.info_offset, "): ", problem));
-}
-
-absl::StatusOr<const GgufTensorInfo*> find(const GgufFile& f, const std::string& name) {
-  const GgufTensorInfo* t = f.find_tensor(name);
-  if (t == nullptr) {
-    return absl::InvalidArgumentError(
-        str_cat("model '", f.name(), "' is missing the tensor '", name, "'"));
-  }
-  return t;
 }
 
 absl::Status check_shape(const GgufFile& f, const GgufTensorInfo& t, std::uint64_t ne0,
@@ -135,11 +128,38 @@ struct Loader {
   // each gets an allocation of its own).
   std::shared_ptr<StreamedRegion> region;
 
+  // The names of the tensors read so far: a file holding any other is
+  // refused (unused_tensor()), as llama.cpp refuses one, rather than run
+  // without, say, a bias the model was trained with.
+  std::unordered_set<std::string_view> used;
+
   kernels::Packing packing() const { return {options.pool, region}; }
+
+  absl::StatusOr<const GgufTensorInfo*> find(const std::string& name) {
+    const GgufTensorInfo* t = f.find_tensor(name);
+    if (t == nullptr) {
+      return absl::InvalidArgumentError(
+          str_cat("model '", f.name(), "' is missing the tensor '", name, "'"));
+    }
+    used.insert(t->name);
+    return t;
+  }
+
+  // A refusal naming the first tensor of the file whose name starts with
+  // `prefix` and that no one read.
+  absl::Status unused_tensor(const ModelConfig& c, std::string_view prefix) const {
+    for (const GgufTensorInfo& t : f.tensors()) {
+      if (!t.name.starts_with(prefix) || used.contains(t.name)) continue;
+      return absl::UnimplementedError(str_cat("model '", f.name(), "': tensor '", t.name,
+                                              "' is not part of ", c.arch_name,
+                                              " models as hearth runs them"));
+    }
+    return absl::OkStatus();
+  }
 
   absl::StatusOr<Linear> linear(const std::string& name, std::size_t n_in, std::size_t n_out,
                                 bool keep_pages = false) {
-    HEARTH_ASSIGN_OR_RETURN(auto t, find(f, name));
+    HEARTH_ASSIGN_OR_RETURN(auto t, find(name));
     if (auto s = check_shape(f, *t, n_in, n_out); !s.ok()) return s;
     auto l = build(*t, n_in, n_out);
     if (!keep_pages) f.release_pages(*t);
@@ -150,7 +170,7 @@ struct Loader {
   // attn_qkv and gate+up): a row is whole blocks, so a range is a slice.
   absl::Status linear_parts(const std::string& name, std::size_t n_in,
                             std::initializer_list<std::size_t> parts, std::vector<Linear>& out) {
-    HEARTH_ASSIGN_OR_RETURN(auto t, find(f, name));
+    HEARTH_ASSIGN_OR_RETURN(auto t, find(name));
     std::size_t rows = 0;
     for (std::size_t p : parts) rows += p;
     if (auto s = check_shape(f, *t, n_in, rows); !s.ok()) return s;
@@ -259,7 +279,7 @@ struct Loader {
   }
 
   absl::StatusOr<std::vector<float>> vector(const std::string& name, std::size_t n) {
-    HEARTH_ASSIGN_OR_RETURN(auto t, find(f, name));
+    HEARTH_ASSIGN_OR_RETURN(auto t, find(name));
     if (auto s = check_shape(f, *t, n, 0); !s.ok()) return s;
     return to_float(f, *t);
   }
@@ -346,18 +366,21 @@ absl::StatusOr<std::shared_ptr<const ModelWeights>> ModelWeights::load(
   w->file_ = file;
   const ModelConfig& c = w->config_;
   const GgufFile& f = *file;
-  Loader ld{f, options, {}, 0, 0, StreamedRegion::reserve(packed_bytes_bound(f))};
+  Loader ld{f, options, {}, 0, 0, StreamedRegion::reserve(packed_bytes_bound(f)), {}};
   w->packed_region_ = ld.region;
 
   for (std::size_t i = 0; i < c.n_layer; ++i) {
-    HEARTH_ASSIGN_OR_RETURN(auto layer, load_layer(ld, c, str_cat("blk.", i, ".")));
+    const std::string prefix = str_cat("blk.", i, ".");
+    HEARTH_ASSIGN_OR_RETURN(auto layer, load_layer(ld, c, prefix));
+    // Layer 0's extras are refused before the others are packed.
+    if (i == 0) HEARTH_RETURN_IF_ERROR(ld.unused_tensor(c, prefix));
     w->layers_.push_back(std::move(layer));
   }
   HEARTH_ASSIGN_OR_RETURN(auto norm, ld.vector("output_norm.weight", c.n_embd));
   w->output_norm_ = std::move(norm);
 
   // The embedding table, read in place when its type is native.
-  HEARTH_ASSIGN_OR_RETURN(auto emb, find(f, "token_embd.weight"));
+  HEARTH_ASSIGN_OR_RETURN(auto emb, ld.find("token_embd.weight"));
   const GgufTensorInfo& et = *emb;
   if (auto s = check_shape(f, et, c.n_embd, c.n_vocab); !s.ok()) return s;
   switch (et.type) {
@@ -418,6 +441,7 @@ absl::StatusOr<std::shared_ptr<const ModelWeights>> ModelWeights::load(
     HEARTH_ASSIGN_OR_RETURN(w->rope_long_, ld.vector("rope_factors_long.weight", c.rope_dim / 2));
     HEARTH_ASSIGN_OR_RETURN(w->rope_short_, ld.vector("rope_factors_short.weight", c.rope_dim / 2));
   }
+  HEARTH_RETURN_IF_ERROR(ld.unused_tensor(c, ""));
   if (ld.region != nullptr) ld.region->release_unused();
   w->packed_bytes_ = ld.packed_bytes;
   w->projection_file_bytes_ = ld.file_bytes;

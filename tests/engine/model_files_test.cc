@@ -812,6 +812,102 @@ TEST_F(ModelFiles, ArchitectureTraitsResolveIntoTheConfig) {
   for (const LayerAttention& l : (*m)->config().layers) EXPECT_EQ(l.window, 0u);
 }
 
+// Files converted before a family's soft-capping or window keys existed get
+// the values llama.cpp assumes for them (llama-model.cpp, "for backward
+// compatibility"): Gemma 2 caps at 50 / 30 and slides over 4096; Phi-3 4k
+// of 32 or 40 layers over 2047; other Phi-3 files without the key are
+// refused, as llama.cpp refuses them.
+TEST_F(ModelFiles, FilesWithoutLaterKeysGetLlamaCppsLegacyValues) {
+  auto without = [&](const SyntheticModelSpec& spec, std::initializer_list<std::string> keys) {
+    auto src = open_file(write("src.gguf", synth(spec)));
+    EXPECT_NE(src, nullptr);
+    for (const std::string& k : keys) EXPECT_NE(src->find(k), nullptr) << k;
+    const std::string p =
+        write("legacy.gguf", rewrite(
+                                 *src,
+                                 [&](const GgufKv& kv, GgufWriter&) {
+                                   return std::find(keys.begin(), keys.end(), kv.key) != keys.end();
+                                 },
+                                 nullptr));
+    return std::make_pair(p, Module::load(p));
+  };
+  SyntheticModelSpec g2 = small_spec("gemma2");
+  g2.n_layer = 3;
+  auto [g2_path, gemma2] =
+      without(g2, {"gemma2.attn_logit_softcapping", "gemma2.final_logit_softcapping",
+                   "gemma2.attention.sliding_window"});
+  ASSERT_TRUE(gemma2.ok()) << gemma2.status();
+  const ModelConfig& gc = (*gemma2)->config();
+  EXPECT_EQ(gc.attn_softcap, 50.0f);
+  EXPECT_EQ(gc.final_softcap, 30.0f);
+  EXPECT_EQ(gc.layers[0].window, 4096u);
+  EXPECT_EQ(gc.layers[1].window, 0u);
+  EXPECT_EQ(gc.layers[2].window, 4096u);
+
+  SyntheticModelSpec phi = small_spec("phi3");
+  phi.n_layer = 32;
+  phi.context_length = 4096;
+  auto [phi_path, phi4k] = without(phi, {"phi3.attention.sliding_window"});
+  ASSERT_TRUE(phi4k.ok()) << phi4k.status();
+  for (const LayerAttention& l : (*phi4k)->config().layers) EXPECT_EQ(l.window, 2047u);
+
+  phi.n_layer = 2;
+  auto [other_path, other] = without(phi, {"phi3.attention.sliding_window"});
+  ASSERT_FALSE(other.ok());
+  EXPECT_NE(other.status().message().find("phi3.attention.sliding_window"), std::string::npos)
+      << other.status();
+  EXPECT_NE(other.status().message().find(other_path), std::string::npos) << other.status();
+}
+
+// A tensor the architecture's forward pass would not read (an output or FFN
+// bias on a llama file, say) is refused by name, as llama.cpp refuses a
+// file with tensors it did not create, instead of running without it; so
+// are OLMo 3's sliding-window layers, written under olmo2.
+TEST_F(ModelFiles, TensorsAndWindowsTheForwardPassWouldIgnoreAreRefusedByName) {
+  auto src = open_file(write("base.gguf", synth(small_spec("llama"))));
+  ASSERT_NE(src, nullptr);
+  for (const char* extra : {"blk.0.attn_output.bias", "blk.1.ffn_down.bias", "output.bias"}) {
+    SCOPED_TRACE(extra);
+    const std::string p =
+        write("extra.gguf", rewrite(*src, nullptr, [&](const GgufTensorInfo& t, GgufWriter& w) {
+                if (t.name != "output_norm.weight") return false;
+                w.add_tensor(t.name, {t.dims[0]}, t.type,
+                             std::string_view(reinterpret_cast<const char*>(t.data), t.n_bytes));
+                w.add_tensor(extra, {t.dims[0]}, GgmlType::kF32, std::string(4 * t.dims[0], '\0'));
+                return true;
+              }));
+    auto m = Module::load(p);
+    ASSERT_FALSE(m.ok());
+    EXPECT_EQ(m.status().code(), absl::StatusCode::kUnimplemented) << m.status();
+    EXPECT_NE(m.status().message().find(str_cat("'", extra, "'")), std::string::npos) << m.status();
+    EXPECT_NE(m.status().message().find(p), std::string::npos) << m.status();
+  }
+
+  auto olmo = open_file(write("olmo2.gguf", synth(small_spec("olmo2"))));
+  ASSERT_NE(olmo, nullptr);
+  for (std::uint32_t window : {0u, 16u}) {
+    SCOPED_TRACE(window);
+    const std::string p =
+        write("olmo3.gguf", rewrite(
+                                *olmo,
+                                [&](const GgufKv& kv, GgufWriter& w) {
+                                  if (kv.key != "general.architecture") return false;
+                                  w.add_value(kv.key, kv.value);
+                                  w.add_uint32("olmo2.attention.sliding_window", window);
+                                  return true;
+                                },
+                                nullptr));
+    auto m = Module::load(p);
+    if (window == 0) {
+      EXPECT_TRUE(m.ok()) << m.status();  // files write 0 for "no window"
+      continue;
+    }
+    ASSERT_FALSE(m.ok());
+    EXPECT_NE(m.status().message().find("olmo2.attention.sliding_window"), std::string::npos)
+        << m.status();
+  }
+}
+
 TEST_F(ModelFiles, UnsupportedTensorTypeIsRefusedNamingTensorAndType) {
   auto src = open_file(write("base.gguf", synth(small_spec("llama"))));
   ASSERT_NE(src, nullptr);

@@ -25,6 +25,9 @@
 // waiting, so two generations on two cores each keep a core.
 // Consequently chunks must never wait for each other.
 //
+// Chunks must not throw: a throw ends the process (std::terminate), where
+// unwinding the caller would leave workers calling into its dead frame.
+//
 // parallel_for makes no heap allocation. XNNPACK (float layers) gets a
 // separate pthreadpool through handle().
 #pragma once
@@ -112,7 +115,7 @@ class ThreadPool {
     F* fn;
     std::size_t range, chunk;
     // Chunks [first, last) are adjacent items: one call covers them all.
-    static void call(void* self, std::size_t first, std::size_t last) {
+    static void call(void* self, std::size_t first, std::size_t last) noexcept {
       auto* c = static_cast<Closure*>(self);
       const std::size_t begin = first * c->chunk;
       const std::size_t end = last * c->chunk < c->range ? last * c->chunk : c->range;
@@ -123,14 +126,14 @@ class ThreadPool {
   struct ChunkClosure {
     F* fn;
     std::size_t range, n;
-    static void call(void* self, std::size_t first, std::size_t last) {
+    static void call(void* self, std::size_t first, std::size_t last) noexcept {
       auto* c = static_cast<ChunkClosure*>(self);
       for (std::size_t i = first; i < last; ++i)
         (*c->fn)(i, c->range * i / c->n, c->range * (i + 1) / c->n);
     }
   };
 
-  using Task = void (*)(void*, std::size_t, std::size_t);  // chunks [first, last)
+  using Task = void (*)(void*, std::size_t, std::size_t) noexcept;  // chunks [first, last)
   void run(std::size_t n, Task task, void* context);
   void worker_main(std::size_t self);
   // Runs chunks of the current region until none is left: first from the

@@ -4,6 +4,7 @@
 #include <chrono>
 #include <cstdint>
 #include <set>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -244,6 +245,22 @@ TEST(ThreadPool, ParallelForMakesNoHeapAllocation) {
   for (int i = 0; i < 100; ++i) pool.parallel_for(1000, 10, body);
   EXPECT_EQ(counter.allocations(), 0u);
   EXPECT_EQ(sum.load(), 101L * 1000);
+}
+
+// A chunk that throws ends the process at once: unwinding the caller would
+// leave the workers running the rest of the region through its dead frame
+// (and a late chunk's completion could then hang the next region).
+using ThreadPoolDeathTest = ::testing::Test;
+TEST_F(ThreadPoolDeathTest, AChunkThatThrowsEndsTheProcess) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EXPECT_DEATH(
+      {
+        ThreadPool pool(2);
+        pool.parallel_for(64, 1, [](std::size_t begin, std::size_t) {
+          if (begin == 0) throw std::runtime_error("chunk 0 failed");
+        });
+      },
+      "chunk 0 failed");
 }
 
 TEST(ThreadPool, DefaultPoolHasOneThreadPerPhysicalCore) {

@@ -195,12 +195,15 @@ absl::StatusOr<std::unique_ptr<Admission>> RequestPath::admit_prompt(ModelPool& 
   absl::StatusOr<std::unique_ptr<engine::Sequence>> sequence = engine::Sequence::start(
       pool.tokenizer(), request, pool.context_length(), pool.weights().config().n_vocab);
   if (!sequence.ok()) return sequence.status();
-  record.prompt_tokens = request.prompt_ids.size();
 
   absl::StatusOr<ModelPool::Lease> lease =
       pool.acquire(context.deadline, context.cancelled, request.prompt_ids);
-  record.queue_s = engine::seconds_between(record.arrival, Clock::now());
   if (!lease.ok()) return lease.status();
+  // Only an admitted request's wait and prompt are recorded: one refused at
+  // capacity would pull the queue-wait quantiles towards 0 just when the
+  // pool is full, and count prompt tokens no step computed.
+  record.queue_s = engine::seconds_between(record.arrival, Clock::now());
+  record.prompt_tokens = request.prompt_ids.size();
   return std::unique_ptr<Admission>(
       new Admission{pool, std::move(*lease), std::move(*sequence), call.reuse_prefix});
 }

@@ -36,26 +36,13 @@ bool is_idle(const v1::ModelInfo& m) { return m.instances_busy() == 0 && m.queue
                                        << " ms; last GetModel: " << describe_model(last);
 }
 
-// The sum of a counter over the series whose labels contain every one of `labels`.
-double counter_sum(const std::map<std::string, double>& metrics, const std::string& name,
-                   const std::vector<std::string>& labels) {
-  double sum = 0;
-  for (const auto& [series, value] : metrics) {
-    if (series.rfind(name + "{", 0) != 0) continue;
-    bool match = true;
-    for (const std::string& l : labels) match = match && series.find(l) != std::string::npos;
-    if (match) sum += value;
-  }
-  return sum;
-}
-
 // A request is counted when its handler returns, just after its instance is
 // freed, so a single scrape right after the model went idle can come before
 // a cancelled request is counted. Scrapes until one Generate is counted as
 // CANCELLED (bounded only against a hang) and returns that scrape.
 std::map<std::string, double> scrape_once_cancelled_is_counted(const ServerProcess& server) {
   const auto counted = [](const std::map<std::string, double>& m) {
-    return counter_sum(m, "hearth_requests_total", {"code=\"CANCELLED\"", "method=\"Generate\""}) >=
+    return sum_series(m, "hearth_requests_total", {"code=\"CANCELLED\"", "method=\"Generate\""}) >=
            1.0;
   };
   bool held = false;
@@ -143,13 +130,13 @@ TEST(FaultTest, ClientThatStopsReadingHoldsOnlyItsOwnInstance) {
   EXPECT_TRUE(wait_until(*stub, kDemo, is_idle, prompt, "idle after the stalled client left"));
   const auto after = scrape_once_cancelled_is_counted(server);
   // It stopped where its writes blocked, far from the end of its context.
-  EXPECT_LT(counter_sum(after, "hearth_generated_tokens_total", {}) - kOthers * kOtherTokens,
+  EXPECT_LT(sum_series(after, "hearth_generated_tokens_total", {}) - kOthers * kOtherTokens,
             kContext / 2);
   // The server saw it end as CANCELLED (had it finished, it would have counted OK).
   EXPECT_EQ(
-      counter_sum(after, "hearth_requests_total", {"code=\"CANCELLED\"", "method=\"Generate\""}),
+      sum_series(after, "hearth_requests_total", {"code=\"CANCELLED\"", "method=\"Generate\""}),
       1.0);
-  EXPECT_EQ(counter_sum(after, "hearth_requests_total", {"code=\"OK\"", "method=\"Generate\""}),
+  EXPECT_EQ(sum_series(after, "hearth_requests_total", {"code=\"OK\"", "method=\"Generate\""}),
             static_cast<double>(kOthers));
 
   // And the server goes on.
@@ -212,7 +199,7 @@ TEST(FaultTest, DisconnectDuringPrefillFreesTheInstance) {
   // before the server can notice the client is gone), which would show in
   // these counters.
   const auto m = scrape_once_cancelled_is_counted(server);
-  EXPECT_EQ(counter_sum(m, "hearth_requests_total", {"code=\"CANCELLED\"", "method=\"Generate\""}),
+  EXPECT_EQ(sum_series(m, "hearth_requests_total", {"code=\"CANCELLED\"", "method=\"Generate\""}),
             1.0);
   EXPECT_EQ(metric(m, "hearth_generated_tokens_total{model=\"slow\"}"), 0.0);
   EXPECT_EQ(metric(m, "hearth_time_to_first_token_seconds_count{model=\"slow\"}"), 0.0);
@@ -266,9 +253,8 @@ TEST(FaultTest, SigtermDuringLoadDrainsAndExitsZeroWithinTheGracePeriod) {
   while (!loaded && Clock::now() < deadline) {
     const auto m = scrape(server);
     v1::ModelInfo info;
-    loaded =
-        counter_sum(m, "hearth_requests_total", {"method=\"Generate\"", "code=\"OK\""}) >= 40 &&
-        get_model(*stub, kDemo, &info).ok() && info.instances_busy() == 2;
+    loaded = sum_series(m, "hearth_requests_total", {"method=\"Generate\"", "code=\"OK\""}) >= 40 &&
+             get_model(*stub, kDemo, &info).ok() && info.instances_busy() == 2;
   }
   ASSERT_TRUE(loaded) << "the load never got going";
 

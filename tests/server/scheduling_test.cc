@@ -183,6 +183,16 @@ TEST_F(ServerSingleInstanceTest, FullQueueRefusesWithAtCapacity) {
   const grpc::Status st = complete(*stub_, endless("refused too"), &resp);
   EXPECT_EQ(st.error_code(), grpc::StatusCode::UNAVAILABLE) << status_text(st);
   EXPECT_NE(st.error_message().find("at capacity"), std::string::npos) << status_text(st);
+  // The refusals are counted under their code, with no queue wait and no
+  // prompt tokens (the running and queued requests are counted when they end).
+  bool counted = false;
+  const auto m = scrape_until(
+      server_,
+      [](const auto& m) { return sum_series(m, "hearth_requests_total", {"UNAVAILABLE"}) >= 2; },
+      patience(), &counted);
+  EXPECT_TRUE(counted) << "the two refusals were not counted as UNAVAILABLE";
+  EXPECT_EQ(sum_series(m, "hearth_queue_wait_seconds_count"), 0);
+  EXPECT_EQ(sum_series(m, "hearth_prompt_tokens_total"), 0);
   // The refusals changed nothing.
   v1::ModelInfo info;
   ASSERT_TRUE(get_model(*stub_, kModel, &info).ok());

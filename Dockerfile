@@ -26,8 +26,9 @@ FROM ${BUILD_BASE} AS build
 # The packages hearth.sh installs for the build and the test suite, minus Google
 # Benchmark (benchmarks are not built here) and the fuzzing toolchain. cpp-httplib
 # (libcpp-httplib-dev) serves the OpenAI-compatible HTTP API. The suite also runs
-# python3-grpcio (Python client test), openssl (TLS certificates) and
-# prometheus/promtool (observability tests).
+# python3-grpcio (Python client test), python3-jinja2 (chat templates against
+# Jinja2), python3-jsonschema (structured output against its schema), openssl
+# (TLS certificates) and prometheus/promtool (observability tests).
 RUN apt-get update \
  && DEBIAN_FRONTEND=noninteractive apt-get install -y -q --no-install-recommends \
       cmake ninja-build g++ pkg-config \
@@ -36,7 +37,8 @@ RUN apt-get update \
       libgtest-dev libgmock-dev googletest \
       libgrpc++-dev libgrpc-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler \
       prometheus-cpp-dev nlohmann-json3-dev libcpp-httplib-dev \
-      python3 python3-grpcio python3-grpc-tools openssl prometheus \
+      python3 python3-grpcio python3-grpc-tools python3-jinja2 python3-jsonschema \
+      openssl prometheus \
  && rm -rf /var/lib/apt/lists/*
 
 WORKDIR /src/hearth

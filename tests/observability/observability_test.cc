@@ -654,7 +654,12 @@ TEST_F(LiveServer, PrometheusScrapesItWithTheShippedConfig) {
   ASSERT_NE(at, std::string::npos)
       << HEARTH_PROMETHEUS_YML << " no longer targets " << shipped_target;
   ASSERT_EQ(config.find(shipped_target, at + 1), std::string::npos);
-  config.replace(at, shipped_target.size(), "\"" + server_.metrics_address() + "\"");
+  // The server is scraped as two targets (127.0.0.1 and localhost), as a
+  // Deployment's replicas are: each series comes twice, differing only in
+  // `instance`, so a query that joins series must match per instance.
+  const std::string address = server_.metrics_address();
+  const std::string alias = "localhost" + address.substr(address.rfind(':'));
+  config.replace(at, shipped_target.size(), "\"" + address + "\", \"" + alias + "\"");
   ASSERT_TRUE(write_file(dir.path / "prometheus.yml", config));
 
   const int port = free_loopback_port();

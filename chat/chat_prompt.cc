@@ -3,6 +3,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "base/read_file.h"
 #include "base/str_cat.h"
 
 namespace hearth::chat {
@@ -27,14 +28,15 @@ absl::StatusOr<ChatPrompt> ChatPrompt::load(const std::string& override_path,
     return create(*model_template, "tokenizer.chat_template", std::move(bos_token),
                   std::move(eos_token));
   }
-  std::ifstream in(override_path, std::ios::binary);
-  if (!in) return absl::NotFoundError(str_cat("cannot read chat template '", override_path, "'"));
-  std::ostringstream text;
-  text << in.rdbuf();
+  absl::StatusOr<std::string> text = read_whole_file(override_path);
+  if (!text.ok())
+    return absl::Status(text.status().code(), str_cat("chat template: ", text.status().message()));
+  if (text->empty())
+    return absl::InvalidArgumentError(str_cat("chat template '", override_path, "' is empty"));
   // Load errors name the file (the operator's); render errors, which reach
   // clients, name only the flag.
   absl::StatusOr<ChatPrompt> prompt =
-      create(text.str(), override_path, std::move(bos_token), std::move(eos_token));
+      create(*text, override_path, std::move(bos_token), std::move(eos_token));
   if (prompt.ok()) prompt->origin_ = "--chat-template";
   return prompt;
 }

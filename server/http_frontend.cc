@@ -317,6 +317,13 @@ absl::StatusOr<int> HttpFrontEnd::start() {
         kJson);
   });
 
+  // httplib's default sets SO_REUSEPORT, which lets a second server bind a
+  // port this one listens on and take half its connections: SO_REUSEADDR
+  // alone (a restart may still bind over its predecessor's TIME_WAIT).
+  s.set_socket_options([](socket_t sock) {
+    const int yes = 1;
+    ::setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
+  });
   if (port == 0) {
     port = s.bind_to_any_port(host);
     if (port <= 0) port = -1;

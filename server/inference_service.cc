@@ -355,7 +355,9 @@ grpc::Status InferenceService::answer_detokenize(grpc::ServerContext* context,
 void fill_model_info(const ModelEntry& entry, hearth::v1::ModelInfo& info) {
   using hearth::v1::ModelInfo;
   info.set_name(entry.spec.name);
-  info.set_source(entry.spec.path);
+  // Proto strings must be UTF-8: a path or error that is not would make the
+  // whole ListModels response unsendable for every client.
+  info.set_source(engine::sanitize_utf8(entry.spec.path));
   info.set_demo(entry.spec.is_demo());
   info.set_queue_capacity(static_cast<std::uint32_t>(entry.spec.queue));
   info.set_kv_cache_type(engine::kv_cache_type_name(entry.spec.kv_cache));
@@ -373,7 +375,7 @@ void fill_model_info(const ModelEntry& entry, hearth::v1::ModelInfo& info) {
       info.set_state(ModelInfo::STATE_FAILED);
       break;
   }
-  info.set_error(entry.error);
+  info.set_error(engine::sanitize_utf8(entry.error));
   if (entry.pool == nullptr) return;
   const ModelPool& pool = *entry.pool;
   const engine::ModelConfig& c = pool.weights().config();

@@ -24,6 +24,7 @@
 #include <vector>
 
 #include "base/cli_flags.h"
+#include "base/read_file.h"
 #include "base/str_cat.h"
 #include "kernels/thread_pool.h"
 #include "server/metrics.h"
@@ -195,11 +196,10 @@ int main(int argc, char** argv) {
   }
   if (flags.has("config")) {
     const std::string path = flags.get("config");
-    std::ifstream in(path);
-    if (!in) return usage_error("hearth-server: --config: cannot read '" + path + "'");
-    std::ostringstream text;
-    text << in.rdbuf();
-    auto specs = server::parse_model_config(text.str(), path, defaults);
+    absl::StatusOr<std::string> text = read_whole_file(path);
+    if (!text.ok())
+      return usage_error(str_cat("hearth-server: --config: ", text.status().message()));
+    auto specs = server::parse_model_config(*text, path, defaults);
     if (!specs.ok())
       return usage_error(str_cat("hearth-server: --config: ", specs.status().message()));
     options.models.insert(options.models.end(), specs->begin(), specs->end());
@@ -227,16 +227,16 @@ int main(int argc, char** argv) {
   options.keep_going = flags.get_bool("keep-going").value_or(false);
   options.service.auth_token = flags.get("auth-token");
   if (flags.has("auth-token-file")) {
-    std::ifstream in(flags.get("auth-token-file"));
-    if (!in)
-      return usage_error("hearth-server: --auth-token-file: cannot read '" +
-                         flags.get("auth-token-file") + "'");
-    std::getline(in, options.service.auth_token);
-  }
-  if (flags.has("auth-token") || flags.has("auth-token-file")) {
+    const std::string path = flags.get("auth-token-file");
+    absl::StatusOr<std::string> text = read_whole_file(path);
+    if (!text.ok())
+      return usage_error(str_cat("hearth-server: --auth-token-file: ", text.status().message()));
+    options.service.auth_token = text->substr(0, text->find('\n'));  // its first line
     if (options.service.auth_token.empty())
-      return usage_error("hearth-server: --auth-token: the token is empty");
+      return usage_error("hearth-server: --auth-token-file: '" + path + "' starts with no token");
   }
+  if (flags.has("auth-token") && options.service.auth_token.empty())
+    return usage_error("hearth-server: --auth-token: the token is empty");
   const std::string metrics_listen = flags.get("metrics-listen", "0.0.0.0:9464");
   if (metrics_listen != "off") {
     if (absl::Status s = server::MetricsExporter::check_address(metrics_listen); !s.ok())

@@ -1,9 +1,12 @@
 #include "server/server.h"
 
+#include <algorithm>
 #include <fstream>
 #include <sstream>
+#include <string_view>
 #include <thread>
 
+#include "base/read_file.h"
 #include "base/status_macros.h"
 #include "base/str_cat.h"
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
@@ -19,12 +22,15 @@ namespace {
 // well under it, and it adds only this much to a SIGTERM.
 constexpr std::chrono::milliseconds kLastFramesSettle{100};
 
-absl::StatusOr<std::string> read_file(const std::string& path, const char* flag) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::InvalidArgumentError(str_cat(flag, ": cannot read '", path, "'"));
-  std::ostringstream s;
-  s << in.rdbuf();
-  return s.str();
+// The PEM file `flag` names, refused naming both unless it holds `marker`
+// (gRPC's own refusal of a bad certificate or key only says it cannot listen).
+absl::StatusOr<std::string> read_pem(const std::string& path, const char* flag,
+                                     std::string_view marker, std::string_view what) {
+  absl::StatusOr<std::string> text = read_whole_file(path);
+  if (!text.ok()) return absl::InvalidArgumentError(str_cat(flag, ": ", text.status().message()));
+  if (text->find(marker) == std::string::npos)
+    return absl::InvalidArgumentError(str_cat(flag, ": '", path, "' holds no PEM ", what));
+  return text;
 }
 
 }  // namespace
@@ -60,11 +66,22 @@ absl::StatusOr<int> HearthServer::start() {
   if (!options_.tls_cert_file.empty() || !options_.tls_key_file.empty()) {
     if (options_.tls_cert_file.empty() || options_.tls_key_file.empty())
       return absl::InvalidArgumentError("--tls-cert and --tls-key must be given together");
-    HEARTH_ASSIGN_OR_RETURN(auto cert, read_file(options_.tls_cert_file, "--tls-cert"));
-    HEARTH_ASSIGN_OR_RETURN(auto key, read_file(options_.tls_key_file, "--tls-key"));
+    HEARTH_ASSIGN_OR_RETURN(auto cert, read_pem(options_.tls_cert_file, "--tls-cert",
+                                                "-----BEGIN CERTIFICATE-----", "certificate"));
+    HEARTH_ASSIGN_OR_RETURN(
+        auto key, read_pem(options_.tls_key_file, "--tls-key", "PRIVATE KEY-----", "private key"));
     grpc::SslServerCredentialsOptions ssl;
     ssl.pem_key_cert_pairs.push_back({key, cert});
     creds = grpc::SslServerCredentials(ssl);
+  }
+  // gRPC wraps a port past 65535 (99999 listened on 34463) instead of refusing it.
+  if (const std::size_t colon = options_.listen.rfind(':'); colon != std::string::npos) {
+    const std::string_view digits = std::string_view(options_.listen).substr(colon + 1);
+    if (!digits.empty() && digits.size() <= 9 &&
+        std::all_of(digits.begin(), digits.end(), [](char c) { return c >= '0' && c <= '9'; }) &&
+        std::stoul(std::string(digits)) > 65535)
+      return absl::InvalidArgumentError(str_cat("--listen: '", options_.listen, "': port ", digits,
+                                                " is out of range (0-65535)"));
   }
   int port = 0;
   builder.AddListeningPort(options_.listen, creds, &port);

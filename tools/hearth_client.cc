@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "base/cli_flags.h"
+#include "base/read_file.h"
 #include "hearth/v1/inference.grpc.pb.h"
 #include "tools/client/bench.h"
 #include "tools/client/connection.h"
@@ -311,10 +312,10 @@ std::optional<int> response_format_from_flags(Flags& flags, const std::string& t
   for (const char* flag : {"json-schema", "grammar"}) {
     if (!flags.has(flag)) continue;
     const std::string path = flags.get(flag);
-    std::ifstream in(path, std::ios::binary);
-    if (!in || std::filesystem::is_directory(path))
-      return usage_error(tool + ": --" + flag + ": cannot read '" + path + "'");
-    std::string text((std::istreambuf_iterator<char>(in)), {});
+    absl::StatusOr<std::string> read = hearth::read_whole_file(path);
+    if (!read.ok())
+      return usage_error(tool + ": --" + flag + ": " + std::string(read.status().message()));
+    std::string text = std::move(*read);
     if (std::string(flag) == "grammar")
       request.mutable_response_format()->set_grammar(std::move(text));
     else

@@ -24,6 +24,7 @@
 
 #include "base/cli_flags.h"
 #include "base/json_shape.h"
+#include "base/read_file.h"
 #include "base/status_macros.h"
 #include "base/str_cat.h"
 #include "chat/chat_prompt.h"
@@ -161,7 +162,11 @@ int tokenize(int argc, char** argv) {
   if (!f.ok()) return fail("hearth-model: " + std::string(f.status().message()));
   auto tok = engine::Tokenizer::from_gguf(**f);
   if (!tok.ok()) return fail("hearth-model: " + std::string(tok.status().message()));
-  const std::string text(std::istreambuf_iterator<char>(std::cin), {});
+  absl::StatusOr<std::string> read = read_whole_file("/dev/stdin");
+  if (!read.ok())
+    return fail("hearth-model tokenize: the text on stdin: " +
+                std::string(read.status().message()));
+  const std::string text = std::move(*read);
   engine::TokenizeOptions o;
   o.add_bos = flags.get_bool("bos");
   o.parse_special = flags.get_bool("parse-special").value_or(false);
@@ -178,9 +183,7 @@ int tokenize(int argc, char** argv) {
 
 // The JSON in `path`, or a message naming the file.
 absl::StatusOr<nlohmann::ordered_json> read_json(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError(str_cat("cannot read '", path, "'"));
-  const std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  HEARTH_ASSIGN_OR_RETURN(const std::string text, read_whole_file(path));
   if (const std::string problem = json_shape_problem(text); !problem.empty())
     return absl::InvalidArgumentError(str_cat("'", path, "': ", problem));
   nlohmann::ordered_json value = nlohmann::ordered_json::parse(text, nullptr, false);
@@ -440,9 +443,10 @@ absl::StatusOr<PerplexityArgs> perplexity_args(int argc, char** argv) {
 
 // The text of --text: refused when unreadable or empty.
 absl::StatusOr<std::string> read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return absl::NotFoundError("--text: cannot read '" + path + "'");
-  std::string text(std::istreambuf_iterator<char>(in), {});
+  absl::StatusOr<std::string> read = read_whole_file(path);
+  if (!read.ok())
+    return absl::Status(read.status().code(), str_cat("--text: ", read.status().message()));
+  std::string text = std::move(*read);
   if (text.empty()) return absl::InvalidArgumentError("--text: '" + path + "' is empty");
   return text;
 }

@@ -27,10 +27,13 @@ bool write_u32(std::FILE* f, std::uint32_t v) { return std::fwrite(&v, 4, 1, f) 
 
 bool read_u32(std::FILE* f, std::uint32_t* v) { return std::fread(v, 4, 1, f) == 1; }
 
-// Bytes a whole file with this header holds.
-std::uintmax_t expected_size(const LogitsHeader& h) {
-  return kFixedHeaderBytes + h.description.size() + std::uintmax_t{4} * h.tokens.size() +
-         std::uintmax_t{4} * h.rows() * h.n_vocab;
+// Bytes a whole file with this header holds, from its counts alone (in 128
+// bits: a corrupt header's 32-bit counts can multiply past 64).
+unsigned __int128 expected_size(const LogitsHeader& h) {
+  using U = unsigned __int128;
+  const U tokens = U{h.n_chunks} * h.context;
+  const U rows = U{h.n_chunks} * scored_per_chunk(h.context);
+  return kFixedHeaderBytes + h.description.size() + 4 * tokens + 4 * rows * h.n_vocab;
 }
 
 absl::Status check_dimensions(const std::string& path, const LogitsHeader& h,
@@ -63,7 +66,6 @@ absl::StatusOr<LogitsHeader> read_header(const std::string& path, std::FILE* f) 
   h.description.resize(description_bytes);
   if (std::fread(h.description.data(), 1, description_bytes, f) != description_bytes)
     return absl::InvalidArgumentError(str_cat(in_quotes(path), " is truncated inside its header"));
-  h.tokens.resize(std::size_t{h.n_chunks} * h.context);
   return h;
 }
 
@@ -72,11 +74,14 @@ absl::Status check_size(const std::string& path, const LogitsHeader& h) {
   std::error_code ec;
   const std::uintmax_t actual = std::filesystem::file_size(path, ec);
   if (ec) return absl::NotFoundError(str_cat("cannot read the size of ", in_quotes(path)));
-  const std::uintmax_t expected = expected_size(h);
-  if (actual < expected)
-    return absl::InvalidArgumentError(str_cat(
-        in_quotes(path), " is truncated: ", actual, " bytes, but its header (vocabulary ",
-        h.n_vocab, ", ", h.n_chunks, " chunks of ", h.context, " tokens) needs ", expected));
+  const unsigned __int128 needed = expected_size(h);
+  if (needed > actual)
+    return absl::InvalidArgumentError(
+        str_cat(in_quotes(path), " is truncated: ", actual, " bytes, but its header (vocabulary ",
+                h.n_vocab, ", ", h.n_chunks, " chunks of ", h.context, " tokens) needs ",
+                needed >> 64 ? std::string("more than 2^64")
+                             : str_cat(static_cast<std::uint64_t>(needed))));
+  const auto expected = static_cast<std::uintmax_t>(needed);
   if (actual > expected)
     return absl::InvalidArgumentError(str_cat(in_quotes(path), " has ", actual - expected,
                                               " bytes more than its header describes (", expected,
@@ -115,6 +120,14 @@ absl::StatusOr<std::unique_ptr<LogitsWriter>> LogitsWriter::create(const std::st
   if (header.description.size() > kMaxDescription || header.n_vocab == 0 ||
       header.tokens.size() != std::size_t{header.n_chunks} * header.context)
     return absl::InternalError("LogitsWriter: inconsistent header");
+  // The run's end renames the file over `path`: anything there but a file
+  // (a directory, a device, a link) is refused now, not replaced or found
+  // out after the whole run.
+  std::error_code ec;
+  const std::filesystem::file_status target = std::filesystem::symlink_status(path, ec);
+  if (std::filesystem::exists(target) && !std::filesystem::is_regular_file(target))
+    return absl::InvalidArgumentError(
+        str_cat(in_quotes(path), " exists and is not a regular file; refusing to replace it"));
   const std::string partial = path + ".partial";
   std::FILE* f = std::fopen(partial.c_str(), "wb");
   if (f == nullptr) return absl::NotFoundError(str_cat("cannot create ", in_quotes(partial)));
@@ -171,6 +184,7 @@ absl::StatusOr<std::unique_ptr<LogitsReader>> LogitsReader::open(const std::stri
   HEARTH_ASSIGN_OR_RETURN(r->header_, read_header(path, f));
   HEARTH_RETURN_IF_ERROR(check_size(path, r->header_));
   std::vector<std::int32_t>& tokens = r->header_.tokens;
+  tokens.resize(std::size_t{r->header_.n_chunks} * r->header_.context);  // the file holds them
   if (std::fread(tokens.data(), 4, tokens.size(), f) != tokens.size())
     return absl::InvalidArgumentError(str_cat(in_quotes(path), " is truncated inside its tokens"));
   return r;

@@ -96,6 +96,65 @@ TEST(ServerLifecycleTest, StartupFailuresExitWithStatus1NamingTheFileOrPort) {
   EXPECT_NE(err.find(std::to_string(first.grpc_port())), std::string::npos) << err;
 }
 
+// Ports, certificates and files that cannot serve are refused naming their
+// flag: never a server that listens somewhere else, shares a port with
+// another, or blames a different flag.
+TEST(ServerLifecycleTest, BadPortsCertificatesAndFilesAreRefusedNamingTheirFlag) {
+  constexpr auto npos = std::string::npos;
+  std::string err;
+  // gRPC itself would listen on 34463.
+  EXPECT_EQ(expect_startup_failure(server_args({"--listen", "127.0.0.1:99999"}), &err), 1) << err;
+  EXPECT_NE(err.find("--listen: '127.0.0.1:99999': port 99999 is out of range"), npos) << err;
+
+  // httplib's default SO_REUSEPORT let a second server bind a live HTTP port.
+  ServerProcess first;
+  HEARTH_START_SERVER(first, server_args({"--http-listen", "127.0.0.1:0"}));
+  const std::string taken = first.http_address();
+  ASSERT_FALSE(taken.empty()) << first.ready_line();
+  EXPECT_EQ(expect_startup_failure(server_args({"--http-listen", taken}), &err), 1) << err;
+  EXPECT_NE(err.find("--http-listen: cannot listen on " + taken), npos) << err;
+
+  const fs::path dir = scratch_dir() / "a_directory";
+  fs::create_directories(dir);
+  const std::string text = (scratch_dir() / "not_pem.txt").string();
+  std::ofstream(text) << "not a certificate\n";
+  EXPECT_EQ(expect_startup_failure(server_args({"--tls-cert", text, "--tls-key", text}), &err), 1);
+  EXPECT_NE(err.find("--tls-cert: '" + text + "' holds no PEM certificate"), npos) << err;
+  const std::string directory = "cannot read '" + dir.string() + "': it is a directory";
+  EXPECT_EQ(expect_startup_failure(server_args({"--auth-token-file", dir.string()}), &err), 2);
+  EXPECT_NE(err.find("--auth-token-file: " + directory), npos) << err;
+  EXPECT_EQ(expect_startup_failure(server_args({"--config", dir.string()}), &err), 2);
+  EXPECT_NE(err.find("--config: " + directory), npos) << err;
+  // Read at load, where an empty template had served every chat an empty prompt.
+  EXPECT_EQ(expect_startup_failure(server_args({"--chat-template", dir.string()}), &err), 1);
+  EXPECT_NE(err.find("chat template: " + directory), npos) << err;
+}
+
+// A model path that is not UTF-8 (Linux allows any bytes) is reported with
+// U+FFFD in its place: a proto string must be UTF-8, and the raw path made
+// every ListModels response unsendable.
+TEST(ServerLifecycleTest, AModelPathThatIsNotUtf8IsListedSanitized) {
+  const std::string small = small_model();
+  ASSERT_FALSE(small.empty());
+  const fs::path link = scratch_dir() /
+                        "st\xff"
+                        "ories.gguf";
+  fs::remove(link);
+  fs::create_symlink(small, link);
+  ServerProcess server;
+  HEARTH_START_SERVER(server, server_args({"--model", "b=" + link.string()}));
+  auto stub = make_stub(plain_channel(server.grpc_address()));
+  grpc::ClientContext ctx;
+  v1::ListModelsResponse list;
+  const grpc::Status s = stub->ListModels(&ctx, v1::ListModelsRequest(), &list);
+  ASSERT_TRUE(s.ok()) << status_text(s);
+  ASSERT_EQ(list.models_size(), 1);
+  EXPECT_NE(list.models(0).source().find("st\xEF\xBF\xBD"
+                                         "ories.gguf"),
+            std::string::npos)
+      << list.models(0).source();
+}
+
 TEST(ServerLifecycleTest, ReadyLineAnnouncesBothPortsOrMetricsOff) {
   ServerProcess a;
   HEARTH_START_SERVER(a, server_args());

@@ -4,6 +4,7 @@
 // The text is tests/tools/data/stories.txt (see SOURCES.md there): 10.6 KB,
 // 5,319 stories260K tokens, 10 chunks of 512 with 255 scored tokens each.
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
@@ -436,6 +437,26 @@ TEST_F(PerplexityTest, CommandRefusesBadInputsNamingTheFlagOrFile) {
                  {"--context 256 differs from the --kl-base file's (512)"});
   expect_refused({"perplexity", m, "--text", text, "--kl-base", truncated},
                  {"--kl-base", truncated, "is truncated"});
+  // A header whose counts promise more than 2^64 bytes: refused by the
+  // file's size before anything is allocated (it aborted on length_error).
+  std::string huge = bytes.substr(0, 8);
+  for (const std::uint32_t v : {1u, 32000u, 0xffffffffu, 0xffffffffu, 0u})
+    huge.append(reinterpret_cast<const char*>(&v), 4);
+  const std::string huge_path = path("huge.logits");
+  write_file(huge_path, huge);
+  expect_refused({"perplexity", m, "--text", text, "--kl-base", huge_path},
+                 {"--kl-base", huge_path, "is truncated", "needs more than 2^64"});
+  // Anything but a file at --save-logits is refused before the run, not
+  // replaced at its end (a device node became a regular file) or found out
+  // then (a directory); so is a directory as --text.
+  const std::string dir = path("a_dir"), link = path("link.logits"), fifo = path("fifo");
+  std::filesystem::create_directories(dir);
+  std::filesystem::create_symlink(base, link);
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  for (const std::string& target : {dir, link, fifo})
+    expect_refused({"perplexity", m, "--text", text, "--save-logits", target},
+                   {"--save-logits", target, "is not a regular file"});
+  expect_refused({"perplexity", m, "--text", dir}, {"--text", dir, "it is a directory"});
   // Damage the header cannot show: found at the row, after the run began
   // (the running figures already printed are kept on stdout).
   const ProcessResult r = model({"perplexity", m, "--text", text, "--kl-base", corrupt});

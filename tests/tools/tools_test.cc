@@ -718,6 +718,24 @@ TEST_F(ToolsTest, RenderChatPrintsTheTemplatesTextExactly) {
   r = model({"render-chat", stories(), "--messages", messages, "--template", missing});
   EXPECT_EQ(r.exit_code, 2);
   EXPECT_NE(r.err.find(missing), std::string::npos) << r.err;
+  // Directories as --messages, --tools or --template: named, where reading
+  // one aborted the tool (an uncaught stream exception) or read an empty
+  // template.
+  const std::string a_dir = dir_.string();
+  for (const char* flag : {"--messages", "--tools", "--template"}) {
+    std::vector<std::string> args = {"render-chat", stories(),    "--messages",
+                                     messages,      "--template", zephyr};
+    if (std::string(flag) == "--tools") {
+      args.push_back(flag);
+      args.push_back(a_dir);
+    } else {
+      args[std::string(flag) == "--messages" ? 3 : 5] = a_dir;
+    }
+    r = model(args);
+    EXPECT_EQ(r.exit_code, 2) << flag << ": " << r.err;
+    EXPECT_NE(r.err.find("cannot read '" + a_dir + "': it is a directory"), std::string::npos)
+        << flag << ": " << r.err;
+  }
   // A million levels of brackets: refused, not followed into a stack overflow.
   const std::string deep = (dir_ / "deep.json").string();
   std::ofstream(deep) << std::string(1000000, '[') << std::string(1000000, ']');

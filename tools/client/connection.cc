@@ -15,7 +15,9 @@
 #include <vector>
 
 #include "base/cli_flags.h"
+#include "base/read_file.h"
 #include "base/status_macros.h"
+#include "base/str_cat.h"
 
 namespace hearth::client {
 
@@ -43,10 +45,11 @@ absl::StatusOr<ConnectionOptions> connection_options_from_flags(hearth::Flags& f
 absl::StatusOr<std::shared_ptr<grpc::Channel>> make_channel(const ConnectionOptions& options) {
   std::shared_ptr<grpc::ChannelCredentials> creds;
   if (!options.tls_ca_file.empty()) {
-    std::ifstream in(options.tls_ca_file, std::ios::binary);
-    if (!in) return absl::NotFoundError("--tls-ca: cannot read '" + options.tls_ca_file + "'");
+    absl::StatusOr<std::string> pem = read_whole_file(options.tls_ca_file);
+    if (!pem.ok())
+      return absl::Status(pem.status().code(), str_cat("--tls-ca: ", pem.status().message()));
     grpc::SslCredentialsOptions ssl;
-    ssl.pem_root_certs.assign(std::istreambuf_iterator<char>(in), {});
+    ssl.pem_root_certs = std::move(*pem);
     if (ssl.pem_root_certs.find("-----BEGIN CERTIFICATE-----") == std::string::npos)
       return absl::InvalidArgumentError("--tls-ca: '" + options.tls_ca_file +
                                         "' holds no PEM certificate");

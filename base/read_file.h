@@ -1,0 +1,18 @@
+// Reading a whole file that a flag or a config names.
+//
+// One answer for every way it can fail (missing, unreadable, a directory, a
+// read error part way), each naming the path, so a tool never mistakes a
+// directory for an empty file or aborts on the stream's exception.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+
+namespace hearth {
+
+// The bytes of the regular file (or FIFO, e.g. /dev/stdin) at `path`;
+// NotFound / InvalidArgument "cannot read 'PATH': REASON" otherwise.
+absl::StatusOr<std::string> read_whole_file(const std::string& path);
+
+}  // namespace hearth

@@ -634,7 +634,7 @@ int cmd_bench(int argc, char** argv) {
                chat_turns = 0;
   double temperature = 0, cancel = 0, deadline = 0, short_ms = 50, long_fraction = 0;
   const bool ok = flags.get_int("concurrency", 1, 4096, &concurrency) &&
-                  flags.get_int("requests", 1, 100000000, &requests) &&
+                  flags.get_int("requests", 1, hearth::client::kMaxBenchRequests, &requests) &&
                   flags.get_int("warmup", 0, 1000000, &warmup) &&
                   flags.get_int("prompt-tokens", 1, 1 << 20, &prompt_tokens) &&
                   flags.get_int("max-tokens", 1, 1 << 20, &max_tokens) &&
@@ -650,6 +650,11 @@ int cmd_bench(int argc, char** argv) {
                   flags.get_float("short-deadline-ms", 0.001, 1e9, &short_ms) &&
                   flags.get_float("long-prompt-fraction", 0, 1, &long_fraction);
   if (!ok) return usage_error(flags.error());
+  // Each request's outcome is kept for the report: a run's requests are bounded.
+  if (chat_turns > hearth::client::kMaxBenchRequests / concurrency)
+    return usage_error(
+        tool + ": --concurrency x --chat-turns: " + std::to_string(concurrency * chat_turns) +
+        " requests; at most " + std::to_string(hearth::client::kMaxBenchRequests) + " per run");
   if (flags.has("prompt") && flags.has("prompt-tokens"))
     return usage_error(tool + ": --prompt and --prompt-tokens: give one, not both");
   if (flags.has("prompt")) {

@@ -392,7 +392,15 @@ int synth(int argc, char** argv) {
     return fail("hearth-model synth: --type: '" + type +
                 "' is not f32, f16, q8_0, q4_0, q4_k, q4_k_m, q5_k, q5_k_m or q6_k");
   }
-  auto bytes = engine::synthesize_model(s);
+  // The file is built in memory: a shape the flags allow may not fit.
+  absl::StatusOr<std::string> bytes = absl::UnknownError("not built");
+  try {
+    bytes = engine::synthesize_model(s);
+  } catch (const std::bad_alloc&) {
+    return fail("hearth-model synth: not enough memory to build a model of this shape (--dim " +
+                std::to_string(s.n_embd) + ", --layers " + std::to_string(s.n_layer) + ", --ffn " +
+                std::to_string(s.n_ff) + ", --vocab " + std::to_string(s.n_vocab) + ")");
+  }
   if (!bytes.ok()) return fail("hearth-model synth: " + std::string(bytes.status().message()));
   std::FILE* out = std::fopen(flags.positional()[0].c_str(), "wb");
   if (out == nullptr)

@@ -155,6 +155,20 @@ TEST(ServerLifecycleTest, AModelPathThatIsNotUtf8IsListedSanitized) {
       << list.models(0).source();
 }
 
+// hearth bench keeps every request's outcome for its report: a run's request
+// count is bounded before anything is allocated or sent (4096 x 2^20 chat
+// turns aborted on bad_alloc).
+TEST(ServerLifecycleTest, ClientBenchBoundsItsRequestsBeforeSending) {
+  for (const std::vector<std::string>& args :
+       {std::vector<std::string>{"bench", "--model", "m", "--concurrency", "4096", "--chat-turns",
+                                 "1048576"},
+        std::vector<std::string>{"bench", "--model", "m", "--requests", "100000000"}}) {
+    const ProcessResult r = run_process(HEARTH_CLI_BIN, args);
+    EXPECT_EQ(r.exit_code, 2) << r.err;
+    EXPECT_NE(r.err.find("1000000"), std::string::npos) << r.err;
+  }
+}
+
 TEST(ServerLifecycleTest, ReadyLineAnnouncesBothPortsOrMetricsOff) {
   ServerProcess a;
   HEARTH_START_SERVER(a, server_args());

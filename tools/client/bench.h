@@ -28,6 +28,10 @@
 
 namespace hearth::client {
 
+// Requests one run may make (each outcome is kept for the report: about
+// 130 MB at this bound).
+inline constexpr std::int64_t kMaxBenchRequests = 1000000;
+
 struct BenchOptions {
   std::string model;
   std::size_t concurrency = 1;

@@ -75,11 +75,21 @@ bool has_tools(const chat::ChatContext& conversation) {
 absl::StatusOr<std::string> render_conversation(const chat::ChatPrompt& prompt,
                                                 chat::ChatContext context,
                                                 const std::string& model) {
-  if (!has_tools(context)) return prompt.render(std::move(context));
+  // A conversation that takes the template past its limits (steps, output
+  // bytes) is the request's to change, not a rate limit: RESOURCE_EXHAUSTED
+  // would be HTTP 429, which the OpenAI SDKs retry unchanged.
+  auto render = [&](const chat::ChatContext& c) -> absl::StatusOr<std::string> {
+    absl::StatusOr<std::string> text = prompt.render(c);
+    if (text.status().code() == absl::StatusCode::kResourceExhausted)
+      return invalid(str_cat("messages: the conversation takes the chat template past its limits: ",
+                             text.status().message()));
+    return text;
+  };
+  if (!has_tools(context)) return render(context);
   if (!context.now_unix_seconds) context.now_unix_seconds = std::time(nullptr);
-  HEARTH_ASSIGN_OR_RETURN(std::string text, prompt.render(context));
+  HEARTH_ASSIGN_OR_RETURN(std::string text, render(context));
   context.tools.reset();
-  const absl::StatusOr<std::string> without = prompt.render(context);
+  const absl::StatusOr<std::string> without = render(context);
   if (without.ok() && *without == text)
     return invalid(str_cat("tools: the chat template of model '", model,
                            "' does not render them for this conversation (the prompt is the "

@@ -384,6 +384,31 @@ TEST_F(ChatToolUseTest, TheFilesToolUseTemplateServesRequestsWithTools) {
   EXPECT_GT(prompt_ids(with.dones[0]).size(), prompt_ids(plain.dones[0]).size() + 20);
 }
 
+// A conversation that takes the template past its limits (here output: the
+// template writes a message's length squared) is the request's problem:
+// INVALID_ARGUMENT naming messages, not RESOURCE_EXHAUSTED, which HTTP maps
+// to 429 and the OpenAI SDKs retry unchanged.
+TEST(ChatLimitsTest, AConversationBeyondTheTemplatesLimitsIsInvalidArgument) {
+  HEARTH_REQUIRE_SHARED();
+  const fs::path quadratic = scratch_dir() / "quadratic.jinja";
+  std::ofstream(quadratic) << "{% for m in messages %}{% for a in m['content'] %}"
+                              "{% for b in m['content'] %}.{% endfor %}{% endfor %}"
+                              "{{ m['content'] }}{% endfor %}";
+  ServerProcess server;
+  HEARTH_START_SERVER(server, server_args({"--model", "s=" + stories_path().string(),
+                                           "--chat-template", quadratic.string()}));
+  auto stub = make_stub(plain_channel(server.grpc_address()));
+  v1::ChatRequest small = chat_request("s", {{"user", "Once upon a time"}});
+  small.set_max_tokens(2);
+  EXPECT_TRUE(chat(*stub, small).status.ok());
+  const StreamResult r = chat(*stub, chat_request("s", {{"user", std::string(3000, 'x')}}));
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status_text(r.status);
+  EXPECT_NE(r.status.error_message().find("messages: the conversation takes the chat template "
+                                          "past its limits"),
+            std::string::npos)
+      << status_text(r.status);
+}
+
 TEST(ChatStartupTest, UnreadableOrBrokenTemplateFailsTheStartNamingTheFile) {
   HEARTH_REQUIRE_SHARED();
   const std::string path = stories_path().string();

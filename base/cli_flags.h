@@ -22,6 +22,10 @@ class Flags {
   // Parses argv[first..argc). Returns false (and error() says why) on a mistake.
   bool parse(int argc, char** argv, int first = 1);
   const std::string& error() const { return error_; }
+  // error() without its "<tool>: " prefix, for a caller that adds its own.
+  std::string error_detail() const {
+    return error_.starts_with(tool_ + ": ") ? error_.substr(tool_.size() + 2) : error_;
+  }
 
   const std::vector<std::string>& positional() const { return positional_; }
   bool has(const std::string& name) const { return values_.count(name) != 0; }

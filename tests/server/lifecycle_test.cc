@@ -155,10 +155,11 @@ TEST(ServerLifecycleTest, AModelPathThatIsNotUtf8IsListedSanitized) {
       << list.models(0).source();
 }
 
-// hearth bench keeps every request's outcome for its report: a run's request
-// count is bounded before anything is allocated or sent (4096 x 2^20 chat
-// turns aborted on bad_alloc).
-TEST(ServerLifecycleTest, ClientBenchBoundsItsRequestsBeforeSending) {
+// The client's flags are checked before it connects. hearth bench keeps
+// every request's outcome for its report: a run's request count is bounded
+// before anything is allocated or sent (4096 x 2^20 chat turns aborted on
+// bad_alloc).
+TEST(ServerLifecycleTest, ClientRefusesBadFlagsBeforeSending) {
   for (const std::vector<std::string>& args :
        {std::vector<std::string>{"bench", "--model", "m", "--concurrency", "4096", "--chat-turns",
                                  "1048576"},
@@ -167,6 +168,11 @@ TEST(ServerLifecycleTest, ClientBenchBoundsItsRequestsBeforeSending) {
     EXPECT_EQ(r.exit_code, 2) << r.err;
     EXPECT_NE(r.err.find("1000000"), std::string::npos) << r.err;
   }
+  // A connection flag's error names the tool once.
+  const ProcessResult r = run_process(HEARTH_CLI_BIN, {"--timeout-s", "-1", "models"});
+  EXPECT_EQ(r.exit_code, 2) << r.err;
+  EXPECT_EQ(r.err.find("hearth models: --timeout-s: -1 is out of range"), 0u) << r.err;
+  EXPECT_EQ(r.err.find("models: hearth models"), std::string::npos) << r.err;
 }
 
 TEST(ServerLifecycleTest, ReadyLineAnnouncesBothPortsOrMetricsOff) {

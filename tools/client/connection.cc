@@ -38,7 +38,7 @@ absl::StatusOr<ConnectionOptions> connection_options_from_flags(hearth::Flags& f
   }
   o.timeout_s = default_timeout_s;
   if (!flags.get_float("timeout-s", 0, 1e7, &o.timeout_s))
-    return absl::InvalidArgumentError(flags.error());
+    return absl::InvalidArgumentError(flags.error_detail());  // the caller names the tool
   return o;
 }
 

@@ -4,10 +4,25 @@
 #include <limits>
 
 #include "absl/status/status.h"
+#include "absl/strings/cord.h"
 #include "base/status_macros.h"
 #include "base/str_cat.h"
 
 namespace hearth::engine {
+
+namespace {
+constexpr char kContextLengthExceeded[] = "hearth.engine/context_length_exceeded";
+}  // namespace
+
+absl::Status context_length_exceeded(std::string_view message) {
+  absl::Status s = absl::InvalidArgumentError(std::string(message));
+  s.SetPayload(kContextLengthExceeded, absl::Cord());
+  return s;
+}
+
+bool is_context_length_exceeded(const absl::Status& status) {
+  return status.GetPayload(kContextLengthExceeded).has_value();
+}
 
 Sequence::Sequence(const Tokenizer& tokenizer, const GenerationRequest& request,
                    std::size_t context, std::size_t n_vocab)
@@ -38,7 +53,7 @@ absl::StatusOr<std::unique_ptr<Sequence>> Sequence::start(const Tokenizer& token
       return absl::InvalidArgumentError(
           str_cat("prompt_ids: token id ", id, " is outside the vocabulary [0, ", n_vocab, ")"));
   if (n_prompt >= context)
-    return absl::InvalidArgumentError(
+    return context_length_exceeded(
         str_cat("prompt: ", n_prompt, " tokens do not fit the context of ", context,
                 " tokens (at most ", context - 1, " leave room to generate)"));
   std::unique_ptr<Sequence> s(new Sequence(tokenizer, request, context, n_vocab));

@@ -47,6 +47,12 @@
 
 namespace hearth::engine {
 
+// A prompt that does not fit the context: InvalidArgument with `message`,
+// marked so a front end can say so in its own terms (OpenAI's error code
+// "context_length_exceeded").
+absl::Status context_length_exceeded(std::string_view message);
+bool is_context_length_exceeded(const absl::Status& status);
+
 class Sequence {
  public:
   // Checks the request against the model: sampling values, prompt ids

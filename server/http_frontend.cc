@@ -467,7 +467,8 @@ void HttpFrontEnd::generate(const httplib::Request& req, const httplib::ContentR
            : path_.admit(request->generate, call->context, record);
   if (!admission.ok()) return refuse(record, admission.status(), res);
 
-  call->head = {endpoint, random_id(chat ? "chatcmpl-" : "cmpl-"), unix_now(), record.model};
+  call->head = {endpoint, random_id(chat ? "chatcmpl-" : "cmpl-"), unix_now(), record.model,
+                request->stream && request->include_usage};
   if (!request->stream) {
     openai::ResponseBuilder builder(call->head);
     CollectSink sink(builder);

@@ -9,6 +9,7 @@
 #include "base/json_shape.h"
 #include "base/status_macros.h"
 #include "base/str_cat.h"
+#include "engine/sequence.h"
 #include "engine/unicode.h"
 #include "hearth/v1/inference.pb.h"
 #include "nlohmann/json.hpp"
@@ -37,9 +38,15 @@ absl::StatusOr<std::optional<double>> number(const Json& body, const char* name)
 absl::StatusOr<std::optional<std::int64_t>> integer(const Json& body, const char* name) {
   const Json* v = field(body, name);
   if (v == nullptr) return std::nullopt;
+  // nlohmann keeps every non-negative integer unsigned (and calls it an
+  // integer too): one past INT64_MAX must not wrap to a negative value.
+  if (v->is_number_unsigned()) {
+    const std::uint64_t u = v->get<std::uint64_t>();
+    if (u > static_cast<std::uint64_t>(INT64_MAX))
+      return invalid(str_cat(name, ": ", u, " is too large"));
+    return static_cast<std::int64_t>(u);
+  }
   if (v->is_number_integer()) return v->get<std::int64_t>();
-  if (v->is_number_unsigned())
-    return invalid(str_cat(name, ": ", v->get<std::uint64_t>(), " is too large"));
   return invalid(str_cat(name, ": must be an integer"));
 }
 
@@ -130,6 +137,14 @@ absl::Status refuse_unsupported(const Json& body) {
     return invalid("suffix: not supported");
   if (const Json* bias = field(body, "logit_bias"); bias != nullptr && !bias->empty())
     return invalid("logit_bias: not supported");
+  // Output other than text (audio) would come back as text alone.
+  if (field(body, "audio") != nullptr) return invalid("audio: not supported (text output only)");
+  if (const Json* modalities = field(body, "modalities"); modalities != nullptr) {
+    if (!modalities->is_array()) return invalid("modalities: must be an array");
+    for (std::size_t i = 0; i < modalities->size(); ++i)
+      if ((*modalities)[i] != "text")
+        return invalid(str_cat("modalities[", i, "]: only \"text\" is supported"));
+  }
   return absl::OkStatus();
 }
 
@@ -256,11 +271,34 @@ absl::StatusOr<std::string> message_content(const Json& message, const std::stri
   return text;
 }
 
+// A tool call of an assistant message as templates read it: OpenAI sends
+// function.arguments as JSON text, the Hugging Face templates expect the
+// object (they print it with tojson; the text would be quoted a second
+// time). Arguments that are not a JSON object stay as sent.
+Json template_tool_call(Json call) {
+  if (!call.is_object()) return call;
+  const auto function = call.find("function");
+  if (function == call.end() || !function->is_object()) return call;
+  const auto arguments = function->find("arguments");
+  if (arguments == function->end() || !arguments->is_string()) return call;
+  const std::string& text = arguments->get_ref<const std::string&>();
+  if (!json_shape_problem(text).empty()) return call;
+  Json parsed = Json::parse(text, nullptr, false);
+  if (!parsed.is_discarded() && parsed.is_object()) *arguments = std::move(parsed);
+  return call;
+}
+
 absl::StatusOr<Json> template_message(const Json& message, std::size_t i) {
   const std::string name = str_cat("messages[", i, "]");
   if (!message.is_object()) return invalid(str_cat(name, ": must be an object"));
   HEARTH_ASSIGN_OR_RETURN(std::optional<std::string> role, string(message, "role", name));
   if (!role || role->empty()) return invalid(str_cat(name, ".role: must not be empty"));
+  // OpenAI's roles; "developer" is its newer name for "system", which is
+  // the one templates know (they drop or refuse a role they do not).
+  if (*role == "developer") role = "system";
+  if (*role != "system" && *role != "user" && *role != "assistant" && *role != "tool")
+    return invalid(str_cat(name, ".role: '", *role,
+                           "' is not one of system, developer, user, assistant, tool"));
   HEARTH_ASSIGN_OR_RETURN(std::string content, message_content(message, name));
   Json out = {{"role", *role}, {"content", std::move(content)}};
   HEARTH_ASSIGN_OR_RETURN(std::optional<std::string> speaker, string(message, "name", name));
@@ -270,7 +308,9 @@ absl::StatusOr<Json> template_message(const Json& message, std::size_t i) {
   if (call_id) out["tool_call_id"] = *call_id;
   if (const Json* calls = field(message, "tool_calls"); calls != nullptr) {
     if (!calls->is_array()) return invalid(str_cat(name, ".tool_calls: must be an array"));
-    out["tool_calls"] = *calls;
+    Json converted = Json::array();
+    for (const Json& call : *calls) converted.push_back(template_tool_call(call));
+    out["tool_calls"] = std::move(converted);
   }
   return out;
 }
@@ -376,11 +416,13 @@ Json completion_logprobs(const PieceLogprobs& lp, std::size_t text_offset) {
 
 Json head_json(const ResponseHead& head, bool chunk) {
   const bool chat = head.endpoint == Endpoint::kChatCompletions;
-  return {
+  Json out = {
       {"id", head.id},
       {"object", chat ? (chunk ? "chat.completion.chunk" : "chat.completion") : "text_completion"},
       {"created", head.created},
       {"model", head.model}};
+  if (chunk && head.usage_in_chunks) out["usage"] = nullptr;
+  return out;
 }
 
 Json usage_json(const GenerateOutcome& o) {
@@ -580,6 +622,7 @@ std::string error_body(const absl::Status& status, bool draining) {
   if (http == 401) code = "invalid_api_key";
   if (http == 404 && param == "model") code = "model_not_found";
   if (http == 429) code = "rate_limit_exceeded";
+  if (engine::is_context_length_exceeded(status)) code = "context_length_exceeded";
   Json error = {{"message", message},
                 {"type", type},
                 {"param", param.empty() ? Json(nullptr) : Json(param)},

@@ -64,6 +64,9 @@ struct ResponseHead {
   std::string id;            // "cmpl-..." or "chatcmpl-..."
   std::int64_t created = 0;  // Unix seconds
   std::string model;
+  // stream_options.include_usage: every chunk carries "usage" (null but in
+  // the last, which holds the counts), as OpenAI's do.
+  bool usage_in_chunks = false;
 };
 
 // A whole (unary) response, built from the pieces as they come.

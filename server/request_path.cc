@@ -56,15 +56,28 @@ absl::Status check_prompt_bytes(std::string_view prompt, const ModelPool& pool) 
   const std::size_t fewest = pool.tokenizer().min_tokens(prompt);
   const std::size_t context = pool.context_length();
   if (fewest < context) return absl::OkStatus();
-  return invalid(str_cat("prompt: ", prompt.size(), " bytes of text cannot fit the context of ",
-                         context, " tokens (they are at least ", fewest,
-                         " tokens, whatever the text)"));
+  return engine::context_length_exceeded(
+      str_cat("prompt: ", prompt.size(), " bytes of text cannot fit the context of ", context,
+              " tokens (they are at least ", fewest, " tokens, whatever the text)"));
 }
 
 // Whether a conversation comes with tools: a non-empty list (an empty one
 // goes to the template unchecked, as before).
 bool has_tools(const chat::ChatContext& conversation) {
   return conversation.tools && conversation.tools->is_array() && !conversation.tools->empty();
+}
+
+// A chat request has no prompt field: an error about the prompt (the
+// rendered conversation) names messages instead, keeping code and payloads.
+absl::Status as_messages_error(const absl::Status& s) {
+  const std::string m(s.message());
+  if (!m.starts_with("prompt: ")) return s;
+  absl::Status renamed(
+      s.code(),
+      str_cat("messages: the conversation as its chat template renders it: ", m.substr(8)));
+  s.ForEachPayload(
+      [&](absl::string_view url, const absl::Cord& payload) { renamed.SetPayload(url, payload); });
+  return renamed;
 }
 
 // The prompt text of a conversation. Tools that the template does not render
@@ -178,7 +191,10 @@ absl::StatusOr<std::unique_ptr<Admission>> RequestPath::admit(const ChatCall& ca
   generate.request.tokenize.parse_special = true;
   generate.request.tokenize.add_bos =
       pool->tokenizer().add_bos_default() && !prompt->starts_with_bos(generate.request.prompt);
-  return admit_prompt(*pool, generate, context, record);
+  absl::StatusOr<std::unique_ptr<Admission>> admitted =
+      admit_prompt(*pool, generate, context, record);
+  if (!admitted.ok()) return as_messages_error(admitted.status());
+  return admitted;
 }
 
 absl::StatusOr<std::unique_ptr<Admission>> RequestPath::admit_prompt(ModelPool& pool,

@@ -225,6 +225,21 @@ TEST_F(ChatTest, TemplateRefusalIsInvalidArgumentWithItsMessage) {
   EXPECT_TRUE(ok.status.ok()) << status_text(ok.status);
 }
 
+// A chat request has no prompt field: a conversation too long for the
+// context is refused naming messages (the OpenAI front end adds its code
+// context_length_exceeded).
+TEST_F(ChatTest, AConversationLongerThanTheContextNamesMessages) {
+  std::string words;
+  for (int i = 0; i < 3000; ++i) words += "Lily ran. ";
+  const StreamResult r = chat(*stub_, chat_request("stories", {{"user", words}}));
+  EXPECT_EQ(r.status.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << status_text(r.status);
+  EXPECT_TRUE(r.status.error_message().starts_with(
+      "messages: the conversation as its chat template renders it: "))
+      << status_text(r.status);
+  EXPECT_NE(r.status.error_message().find("fit the context of"), std::string::npos)
+      << status_text(r.status);
+}
+
 TEST_F(ChatTest, ModelWithoutTemplateIsFailedPreconditionNamingIt) {
   const StreamResult r = chat(*stub_, chat_request("plain", {{"user", "hi"}}));
   EXPECT_EQ(r.status.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << status_text(r.status);

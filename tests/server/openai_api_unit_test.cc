@@ -7,6 +7,7 @@
 
 #include <string>
 
+#include "engine/sequence.h"
 #include "nlohmann/json.hpp"
 
 namespace hearth::server::openai {
@@ -101,6 +102,9 @@ TEST(OpenAiRequest, ChatMessagesReachTheTemplateAsGiven) {
   EXPECT_EQ(c.messages[1]["content"], "ab");
   EXPECT_EQ(c.messages[2]["content"], "");
   EXPECT_EQ(c.messages[2]["tool_calls"][0]["id"], "c1");
+  // OpenAI's arguments text reaches the template as the object templates
+  // print with tojson (the text would be quoted a second time).
+  EXPECT_TRUE(c.messages[2]["tool_calls"][0]["function"]["arguments"].is_object());
   EXPECT_EQ(c.messages[3]["tool_call_id"], "c1");
   EXPECT_EQ(c.messages[3]["name"], "f");
   ASSERT_TRUE(c.tools.has_value());
@@ -152,6 +156,27 @@ TEST(OpenAiRequest, ResponseFormatsCompileToGrammars) {
   EXPECT_EQ(text->generate.request.grammar, nullptr);
 }
 
+// "developer" is OpenAI's newer name for "system", the role templates know
+// (they dropped it silently); roles OpenAI does not have are refused. Tool
+// call arguments that are not a JSON object's text stay as sent.
+TEST(OpenAiRequest, DeveloperIsSystemAndUnknownRolesAreRefused) {
+  absl::StatusOr<Request> r = chat(R"({"model": "m", "messages": [
+      {"role": "developer", "content": "Be a pirate."}, {"role": "user", "content": "Hi"},
+      {"role": "assistant", "content": "",
+       "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "[1, 2"}}]}]})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->chat.conversation.messages[0]["role"], "system");
+  EXPECT_EQ(r->chat.conversation.messages[2]["tool_calls"][0]["function"]["arguments"], "[1, 2");
+  EXPECT_EQ(refusal(chat(R"({"model": "m", "messages": [{"role": "bogus", "content": "x"}]})")),
+            "messages[0].role: 'bogus' is not one of system, developer, user, assistant, tool");
+  EXPECT_EQ(refusal(chat(R"({"model": "m", "messages": [{"role": "user", "content": "x"}],
+                             "modalities": ["text", "audio"]})")),
+            "modalities[1]: only \"text\" is supported");
+  EXPECT_EQ(refusal(chat(R"({"model": "m", "messages": [{"role": "user", "content": "x"}],
+                             "audio": {"voice": "alloy", "format": "wav"}})")),
+            "audio: not supported (text output only)");
+}
+
 TEST(OpenAiRequest, RefusalsNameTheField) {
   const std::string m = R"("model": "m", "prompt": "x")";
   EXPECT_EQ(refusal(completion("{")), "request body: not valid JSON (byte 2)");
@@ -181,6 +206,11 @@ TEST(OpenAiRequest, RefusalsNameTheField) {
             "max_tokens: 5000 is out of range: allowed [1, 4096]");
   EXPECT_EQ(refusal(completion("{" + m + R"(, "max_tokens": 1.5})")),
             "max_tokens: must be an integer");
+  // Past INT64_MAX: refused, where it wrapped to -1 (a random seed, for seed).
+  EXPECT_EQ(refusal(completion("{" + m + R"(, "seed": 18446744073709551615})")),
+            "seed: 18446744073709551615 is too large");
+  EXPECT_EQ(refusal(completion("{" + m + R"(, "max_tokens": 9223372036854775808})")),
+            "max_tokens: 9223372036854775808 is too large");
   EXPECT_EQ(refusal(completion("{" + m + R"(, "n": 2})")), "n: 2 is not supported (only 1)");
   EXPECT_EQ(refusal(completion("{" + m + R"(, "echo": true})")), "echo: true is not supported");
   EXPECT_EQ(refusal(completion("{" + m + R"(, "logit_bias": {"1": 5}})")),
@@ -319,6 +349,16 @@ TEST(OpenAiResponse, EventsAreFramedChunks) {
   EXPECT_EQ(role["choices"][0]["delta"]["role"], "assistant");
   const Json piece = Json::parse(piece_event(chat_head, "x", nullptr, 0).substr(6));
   EXPECT_EQ(piece["choices"][0]["delta"]["content"], "x");
+  EXPECT_FALSE(piece.contains("usage"));
+  // With stream_options.include_usage every chunk carries usage: null but
+  // the last, which holds the counts.
+  ResponseHead usage_head = chat_head;
+  usage_head.usage_in_chunks = true;
+  const Json with_null = Json::parse(piece_event(usage_head, "x", nullptr, 0).substr(6));
+  ASSERT_TRUE(with_null.contains("usage"));
+  EXPECT_TRUE(with_null["usage"].is_null());
+  EXPECT_TRUE(Json::parse(finish_event(usage_head, o).substr(6))["usage"].is_null());
+  EXPECT_EQ(Json::parse(usage_event(usage_head, o).substr(6))["usage"]["total_tokens"], 0);
 }
 
 TEST(OpenAiError, StatusesAndBodies) {
@@ -349,6 +389,11 @@ TEST(OpenAiError, StatusesAndBodies) {
   const Json auth = Json::parse(error_body(absl::UnauthenticatedError("authorization: x"), false));
   EXPECT_EQ(auth["error"]["type"], "authentication_error");
   EXPECT_EQ(auth["error"]["code"], "invalid_api_key");
+  // A prompt longer than the context: the code clients key on to trim history.
+  const Json context = Json::parse(
+      error_body(engine::context_length_exceeded("messages: 9113 tokens do not fit"), false));
+  EXPECT_EQ(context["error"]["code"], "context_length_exceeded");
+  EXPECT_EQ(context["error"]["param"], "messages");
 }
 
 }  // namespace

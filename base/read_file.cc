@@ -20,7 +20,7 @@ absl::Status cannot_read(const std::string& path, const char* reason, bool missi
 
 }  // namespace
 
-absl::StatusOr<std::string> read_whole_file(const std::string& path) {
+absl::StatusOr<std::string> read_whole_file(const std::string& path, std::size_t max_bytes) {
   const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
   if (fd < 0) {
     const int e = errno;
@@ -34,7 +34,8 @@ absl::StatusOr<std::string> read_whole_file(const std::string& path) {
   if (::fstat(fd, &st) != 0) return cannot_read(path, std::strerror(errno));
   if (S_ISDIR(st.st_mode)) return cannot_read(path, "it is a directory");
   std::string text;
-  if (S_ISREG(st.st_mode)) text.reserve(static_cast<std::size_t>(st.st_size));
+  if (S_ISREG(st.st_mode) && static_cast<std::size_t>(st.st_size) <= max_bytes)
+    text.reserve(static_cast<std::size_t>(st.st_size));
   char buffer[1 << 16];
   for (;;) {
     const ssize_t n = ::read(fd, buffer, sizeof buffer);
@@ -44,6 +45,8 @@ absl::StatusOr<std::string> read_whole_file(const std::string& path) {
       return cannot_read(path, std::strerror(errno));
     }
     text.append(buffer, static_cast<std::size_t>(n));
+    if (text.size() > max_bytes)
+      return cannot_read(path, str_cat("it holds more than ", max_bytes, " bytes").c_str());
   }
 }
 

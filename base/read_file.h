@@ -5,6 +5,7 @@
 // directory for an empty file or aborts on the stream's exception.
 #pragma once
 
+#include <cstddef>
 #include <string>
 
 #include "absl/status/statusor.h"
@@ -12,7 +13,10 @@
 namespace hearth {
 
 // The bytes of the regular file (or FIFO, e.g. /dev/stdin) at `path`;
-// NotFound / InvalidArgument "cannot read 'PATH': REASON" otherwise.
-absl::StatusOr<std::string> read_whole_file(const std::string& path);
+// NotFound / InvalidArgument "cannot read 'PATH': REASON" otherwise, and
+// for a file of more than `max_bytes` (/dev/zero would never end).
+inline constexpr std::size_t kMaxFileBytes = std::size_t{256} << 20;
+absl::StatusOr<std::string> read_whole_file(const std::string& path,
+                                            std::size_t max_bytes = kMaxFileBytes);
 
 }  // namespace hearth

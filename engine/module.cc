@@ -68,9 +68,10 @@ absl::StatusOr<std::unique_ptr<Module>> Module::load(std::shared_ptr<const Model
   const ModelConfig& c = m->config();
   m->context_ = options.context_length != 0 ? options.context_length
                                             : std::min<std::size_t>(c.n_ctx_train, 4096);
-  if (m->context_ > (std::size_t{1} << 20)) {
+  // A context of 1 holds a prompt token but leaves no room to generate.
+  if (m->context_ < 2 || m->context_ > (std::size_t{1} << 20)) {
     return absl::InvalidArgumentError(
-        str_cat("context_length = ", m->context_, " is out of range [1, 1048576]"));
+        str_cat("context_length = ", m->context_, " is out of range [2, 1048576]"));
   }
   HEARTH_RETURN_IF_ERROR(m->plan(planned));
   spdlog::info("loaded instance of '{}' ({}, {} layers, {} weights, context {}, {} KV cache):",
@@ -167,7 +168,9 @@ absl::StatusOr<std::span<const float>> Module::forward(std::span<const std::int3
 
 absl::Status Module::warm_up() {
   const std::int32_t bos = 1 < config().n_vocab ? 1 : 0;
-  std::vector<std::int32_t> prompt(std::min<std::size_t>(options_.max_chunk, 8), bos);
+  // A prompt chunk and one decode step, inside even the smallest context.
+  std::vector<std::int32_t> prompt(std::min<std::size_t>({options_.max_chunk, 8, context_ - 1}),
+                                   bos);
   auto r = forward(prompt, 0);
   if (!r.ok()) return r.status();
   r = forward(std::span<const std::int32_t>(prompt.data(), 1), prompt.size());

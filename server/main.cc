@@ -38,7 +38,7 @@ constexpr const char* kUsage = R"(usage: hearth-server [options]
 
 Models (with none, the built-in synthetic demo model is served as "demo"):
   --model NAME=PATH         serve a GGUF file under NAME (repeatable)
-  --config FILE             model config file ([model NAME] sections; see README)
+  --config FILE             model config file ([model NAME] sections; see README); repeatable
   --instances N             warm instances per model (default 1)
   --queue N                 requests that may wait per model (default 8)
   --context N               KV positions per instance (default: the model's, at most 4096)
@@ -65,7 +65,7 @@ Network:
   --tls-cert FILE --tls-key FILE   serve TLS with this PEM certificate chain and key
   --auth-token TOKEN        require "authorization: Bearer TOKEN" on hearth.v1 calls and on
                             the HTTP API (not on health checks)
-  --auth-token-file FILE    the same, the token read from FILE (trailing newline ignored)
+  --auth-token-file FILE    the same, the token read from FILE (its first line, trailing blanks ignored)
 Work:
   --worker-threads N        gRPC worker threads (default: instances + queue slots + 16)
   --kernel-threads N        kernel threads (default: physical cores)
@@ -194,8 +194,7 @@ int main(int argc, char** argv) {
     if (!spec.ok()) return usage_error(str_cat("hearth-server: ", spec.status().message()));
     options.models.push_back(*spec);
   }
-  if (flags.has("config")) {
-    const std::string path = flags.get("config");
+  for (const std::string& path : flags.get_all("config")) {  // each file's models
     absl::StatusOr<std::string> text = read_whole_file(path);
     if (!text.ok())
       return usage_error(str_cat("hearth-server: --config: ", text.status().message()));
@@ -226,12 +225,19 @@ int main(int argc, char** argv) {
   options.tls_key_file = flags.get("tls-key");
   options.keep_going = flags.get_bool("keep-going").value_or(false);
   options.service.auth_token = flags.get("auth-token");
+  if (flags.has("auth-token") && flags.has("auth-token-file"))
+    return usage_error("hearth-server: --auth-token and --auth-token-file: give one, not both");
   if (flags.has("auth-token-file")) {
     const std::string path = flags.get("auth-token-file");
     absl::StatusOr<std::string> text = read_whole_file(path);
     if (!text.ok())
       return usage_error(str_cat("hearth-server: --auth-token-file: ", text.status().message()));
-    options.service.auth_token = text->substr(0, text->find('\n'));  // its first line
+    // Its first line, without the line end (CRLF too) or trailing blanks: a
+    // client can send neither in a header.
+    std::string token = text->substr(0, text->find('\n'));
+    while (!token.empty() && (token.back() == '\r' || token.back() == ' ' || token.back() == '\t'))
+      token.pop_back();
+    options.service.auth_token = std::move(token);
     if (options.service.auth_token.empty())
       return usage_error("hearth-server: --auth-token-file: '" + path + "' starts with no token");
   }

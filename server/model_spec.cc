@@ -1,6 +1,7 @@
 #include "server/model_spec.h"
 
 #include <charconv>
+#include <map>
 #include <set>
 
 #include "base/str_cat.h"
@@ -64,13 +65,14 @@ absl::Status apply(std::string_view key, std::string_view value, ModelSpec& spec
 
 absl::Status apply_chat_template_flags(const std::vector<std::string>& values,
                                        std::vector<ModelSpec>& specs) {
-  std::vector<bool> set(specs.size(), false);
+  // A model's template from its config section counts as set: a flag must
+  // not replace it unseen (config keys win over every other flag).
   auto assign = [&](std::size_t i, const std::string& file, const std::string& value) {
     if (file.empty()) return absl::InvalidArgumentError(str_cat("'", value, "': no file"));
-    if (set[i])
-      return absl::InvalidArgumentError(
-          str_cat("'", value, "': model '", specs[i].name, "' already has a chat template"));
-    set[i] = true;
+    if (!specs[i].chat_template.empty())
+      return absl::InvalidArgumentError(str_cat("'", value, "': model '", specs[i].name,
+                                                "' already has a chat template ('",
+                                                specs[i].chat_template, "')"));
     specs[i].chat_template = file;
     return absl::OkStatus();
   };
@@ -106,6 +108,8 @@ absl::StatusOr<std::vector<ModelSpec>> parse_model_config(std::string_view text,
                                                           std::string_view file_name,
                                                           const ModelSpec& defaults) {
   std::vector<ModelSpec> specs;
+  // The line each key of the current section was set on.
+  std::map<std::string, std::size_t, std::less<>> set_on;
   std::size_t line_no = 0;
   while (!text.empty()) {
     ++line_no;
@@ -127,14 +131,17 @@ absl::StatusOr<std::vector<ModelSpec>> parse_model_config(std::string_view text,
       spec.path.clear();
       if (absl::Status s = validate_model_name(spec.name); !s.ok()) return error(s.message());
       specs.push_back(std::move(spec));
+      set_on.clear();
       continue;
     }
     const std::size_t eq = line.find('=');
     if (eq == std::string_view::npos) return error("expected 'key = value' or [model NAME]");
     if (specs.empty()) return error("'key = value' before the first [model NAME]");
-    if (absl::Status s = apply(trim(line.substr(0, eq)), trim(line.substr(eq + 1)), specs.back());
-        !s.ok())
+    const std::string_view key = trim(line.substr(0, eq));
+    if (absl::Status s = apply(key, trim(line.substr(eq + 1)), specs.back()); !s.ok())
       return error(s.message());
+    if (const auto [at, fresh] = set_on.emplace(std::string(key), line_no); !fresh)
+      return error(str_cat(key, ": already set on line ", at->second));
   }
   for (const ModelSpec& s : specs)
     if (s.path.empty())
@@ -164,6 +171,10 @@ absl::Status validate_specs(const std::vector<ModelSpec>& specs) {
     if (s.instances < 1 || s.instances > kMaxInstances)
       return absl::InvalidArgumentError(
           str_cat("model '", s.name, "': instances must be in [1, ", kMaxInstances, "]"));
+    if (s.context == 1)
+      return absl::InvalidArgumentError(
+          str_cat("model '", s.name,
+                  "': context 1 leaves no room to generate (0: the model's own; at least 2)"));
   }
   return absl::OkStatus();
 }

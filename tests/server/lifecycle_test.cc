@@ -125,6 +125,11 @@ TEST(ServerLifecycleTest, BadPortsCertificatesAndFilesAreRefusedNamingTheirFlag)
   EXPECT_NE(err.find("--auth-token-file: " + directory), npos) << err;
   EXPECT_EQ(expect_startup_failure(server_args({"--config", dir.string()}), &err), 2);
   EXPECT_NE(err.find("--config: " + directory), npos) << err;
+  // The flag and the file both give the token: which one would win is a guess.
+  EXPECT_EQ(
+      expect_startup_failure(server_args({"--auth-token", "t", "--auth-token-file", text}), &err),
+      2);
+  EXPECT_NE(err.find("--auth-token and --auth-token-file: give one, not both"), npos) << err;
   // Read at load, where an empty template had served every chat an empty prompt.
   EXPECT_EQ(expect_startup_failure(server_args({"--chat-template", dir.string()}), &err), 1);
   EXPECT_NE(err.find("chat template: " + directory), npos) << err;
@@ -173,6 +178,24 @@ TEST(ServerLifecycleTest, ClientRefusesBadFlagsBeforeSending) {
   EXPECT_EQ(r.exit_code, 2) << r.err;
   EXPECT_EQ(r.err.find("hearth models: --timeout-s: -1 is out of range"), 0u) << r.err;
   EXPECT_EQ(r.err.find("models: hearth models"), std::string::npos) << r.err;
+}
+
+// Every --config file is read (the last alone used to be), and a context as
+// small as 8 positions warms up (warm-up needed 9 and failed naming neither).
+TEST(ServerLifecycleTest, EveryConfigFileIsServedAndSmallContextsWarmUp) {
+  const fs::path a = scratch_dir() / "a.conf", b = scratch_dir() / "b.conf";
+  std::ofstream(a) << "[model a]\npath = builtin:demo\ncontext = 8\n";
+  std::ofstream(b) << "[model b]\npath = builtin:demo\n";
+  ServerProcess server;
+  HEARTH_START_SERVER(server, server_args({"--config", a.string(), "--config", b.string()}));
+  auto stub = make_stub(plain_channel(server.grpc_address()));
+  grpc::ClientContext ctx;
+  v1::ListModelsResponse list;
+  ASSERT_TRUE(stub->ListModels(&ctx, v1::ListModelsRequest(), &list).ok());
+  ASSERT_EQ(list.models_size(), 2);
+  EXPECT_EQ(list.models(0).name(), "a");
+  EXPECT_EQ(list.models(0).context_length(), 8u);
+  EXPECT_EQ(list.models(1).name(), "b");
 }
 
 TEST(ServerLifecycleTest, ReadyLineAnnouncesBothPortsOrMetricsOff) {

@@ -29,10 +29,10 @@ Cert make_cert(const std::string& name) {
   Cert c;
   c.cert_path = (scratch_dir() / (name + ".crt")).string();
   c.key_path = (scratch_dir() / (name + ".key")).string();
-  const ProcessResult r = run_process(
-      kOpenssl, {"req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", c.key_path, "-out",
-                 c.cert_path, "-days", "2", "-subj", "/CN=localhost", "-addext",
-                 "subjectAltName=DNS:localhost,IP:127.0.0.1"});
+  const ProcessResult r =
+      run_process(kOpenssl, {"req", "-x509", "-newkey", "rsa:2048", "-nodes", "-keyout", c.key_path,
+                             "-out", c.cert_path, "-days", "2", "-subj", "/CN=localhost", "-addext",
+                             "subjectAltName=DNS:localhost,IP:127.0.0.1"});
   EXPECT_EQ(r.exit_code, 0) << "openssl failed: " << r.err;
   c.cert_pem = read_text(c.cert_path);
   return c;
@@ -188,8 +188,8 @@ TEST(ServerAuthTest, TokenRequiredOnInferenceButNotOnHealthOrReflection) {
   expect_every_rpc(ch, bearer("s3cret"), grpc::StatusCode::UNAUTHENTICATED, "token prefix");
   expect_every_rpc(ch, {{"authorization", "s3cret-token"}}, grpc::StatusCode::UNAUTHENTICATED,
                    "token without 'Bearer '");
-  expect_every_rpc(ch, {{"authorization", "Basic s3cret-token"}},
-                   grpc::StatusCode::UNAUTHENTICATED, "another scheme");
+  expect_every_rpc(ch, {{"authorization", "Basic s3cret-token"}}, grpc::StatusCode::UNAUTHENTICATED,
+                   "another scheme");
   expect_every_rpc(ch, bearer("s3cret-token"), grpc::StatusCode::OK, "the right token");
   // Probes need no token.
   int serving = -1;
@@ -205,11 +205,13 @@ TEST(ServerAuthTest, TokenRequiredOnInferenceButNotOnHealthOrReflection) {
   EXPECT_NE(std::find(services.begin(), services.end(), "hearth.v1.Inference"), services.end());
 }
 
+// The file's first line, without its line end: a token written on Windows
+// (CRLF) kept a '\r' that no client can send in a header.
 TEST(ServerAuthTest, TokenFromAFileWithATrailingNewline) {
   const std::string file = (scratch_dir() / "token.txt").string();
   {
     std::ofstream out(file);
-    out << "file-token-123\n";
+    out << "file-token-123\r\n";
   }
   ServerProcess server;
   HEARTH_START_SERVER(server, server_args({"--auth-token-file", file}));

@@ -324,8 +324,9 @@ grpc::Status InferenceService::answer_tokenize(grpc::ServerContext* context,
   if (!ids.ok()) return to_grpc(invalid(str_cat("text: ", ids.status().message())));
   for (std::int32_t id : *ids) {
     response->add_token_ids(id);
-    const std::string_view piece = tok.piece(id);
-    response->add_pieces(piece.data(), piece.size());
+    // A proto string must be UTF-8: a vocabulary entry that is not (a
+    // hostile or broken file) would make the whole response unsendable.
+    response->add_pieces(engine::sanitize_utf8(tok.piece(id)));
   }
   return grpc::Status::OK;
 }

@@ -48,7 +48,8 @@ Models (with none, the built-in synthetic demo model is served as "demo"):
                             inter-token latency low while prompts are admitted)
   --chat-template [NAME=]FILE   the Jinja chat template Chat renders for model NAME (without
                             NAME=: for every model), instead of the file's own (repeatable)
-  --keep-going              serve the models that load when another fails
+  --keep-going              serve the models that load when another fails (calls to it:
+                            FAILED_PRECONDITION naming the load error)
 Network:
   --listen ADDR             gRPC address (default 0.0.0.0:50051; port 0 picks one)
   --metrics-listen ADDR     Prometheus /metrics address (default 0.0.0.0:9464; "off" disables)

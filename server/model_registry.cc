@@ -84,8 +84,9 @@ absl::StatusOr<ModelPool*> ModelRegistry::find(const std::string& name) const {
         case ModelState::kDraining:
           return absl::UnavailableError(
               str_cat("model '", name, "' is not accepting requests: the server is shutting down"));
-        case ModelState::kFailed:
-          return absl::UnavailableError(str_cat("model '", name, "' failed to load: ", e.error));
+        case ModelState::kFailed:  // until the server restarts: no retry helps
+          return absl::FailedPreconditionError(
+              str_cat("model '", name, "' failed to load: ", e.error));
       }
     }
   }

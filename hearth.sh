@@ -20,6 +20,7 @@ PACKAGES=(
   python3-grpcio python3-grpc-tools python3-jinja2  # jinja2: the chat template conformance test
   python3-jsonschema  # validates structured output independently of hearth
   python3-regex  # makes the tekken/gpt-4o pre-tokenizer reference data (tests/support)
+  python3-numpy  # the float reference forward and K-quant reference data (tests/support)
   nlohmann-json3-dev
   libcpp-httplib-dev  # the OpenAI-compatible HTTP front end
   clang-14 libclang-rt-14-dev
@@ -45,7 +46,9 @@ install_missing_packages() {
   [ "$(id -u)" -eq 0 ] || sudo=(sudo)
   say "installing missing Debian packages: ${missing[*]}"
   "${sudo[@]}" apt-get update -q
-  DEBIAN_FRONTEND=noninteractive "${sudo[@]}" apt-get install -y -q --no-install-recommends "${missing[@]}"
+  # Through env: sudo's env_reset would drop a variable set before it.
+  "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive \
+    apt-get install -y -q --no-install-recommends "${missing[@]}"
 }
 
 # build PRESET [TARGET...]
@@ -109,6 +112,10 @@ case "${1:-}" in
     say "fuzzing in the background (tests/fuzz/run_fuzzers.sh, log: $fuzz_log)"
     tests/fuzz/run_fuzzers.sh "${HEARTH_FUZZ_SECONDS:-30}" >"$fuzz_log" 2>&1 &
     fuzz_pid=$!
+    # Interrupted (or failed), the fuzzers stop too: a background job ignores
+    # SIGINT, so Ctrl-C alone left them running for minutes.
+    trap 'kill -TERM "$fuzz_pid" 2>/dev/null' EXIT
+    trap 'exit 130' INT TERM
     tsan_status=0
     run_tests tsan -L tsan || tsan_status=$?
     fuzz_status=0

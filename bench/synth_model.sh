@@ -17,6 +17,7 @@ synth_model() {
     if ! err=$("$build/tools/hearth-model" synth "$model.tmp.$$" $shape --type "$type" \
       --context 2048 --name "$name" 2>&1 >/dev/null); then
       printf '%s\n' "$err" >&2
+      rm -f "$model.tmp.$$"  # what a failed write (a full disk, say) left
       return 1
     fi
     mv "$model.tmp.$$" "$model"

@@ -353,15 +353,17 @@ run_levels() {  # run_levels SERVER [N]: the plain and long runs of level N (all
 }
 
 # --- bench_engine's prefill, the reference of the aggregate ----------------
-# prefill_tok_s: bench_engine's prefill tokens/s for this type at
-# $kernel_threads threads (its summary line), measured now.
-prefill_tok_s() {
+# measure_prefill: sets prefill_after to bench_engine's prefill tokens/s for
+# this type at $kernel_threads threads (its summary line), measured now. Not
+# called in $(...): the subshell's `bg` would record bench_engine's PID where
+# cleanup never sees it, and Ctrl-C left bench_engine running.
+measure_prefill() {
   local log=$work/bench_engine.log rate
   bg "$build/bench/bench_engine" --benchmark_filter="^BM_Model/b_$type/$kernel_threads/" \
     >"$log" 2>&1 || { tail -n 20 "$log" >&2; die "bench_engine failed"; }
   rate=$(sed -n 's/^model b-tinyllama.* prefill \([0-9.]*\) tok\/s.*/\1/p' "$log" | head -n 1)
   [ -n "$rate" ] || { tail -n 20 "$log" >&2; die "bench_engine printed no prefill figure"; }
-  printf '%s' "$rate"
+  prefill_after=$rate
 }
 prefill_after=
 
@@ -393,7 +395,7 @@ if [ "$run_hearth" = 1 ]; then
   # runs each way, 2026-12-05), the machine still settling from it.
   if [ "$prefill_ref" = 1 ]; then
     echo "batching.sh: bench_engine prefill (b_$type, $kernel_threads threads), after hearth's levels" >&2
-    prefill_after=$(prefill_tok_s) || exit 1
+    measure_prefill || exit 1
   fi
 fi
 

@@ -29,6 +29,8 @@ start_hearth() {
     kill -0 "$server_pid" 2>/dev/null || { cat "$work/server.log" >&2; exit 1; }
     sleep 0.1
   done
+  grep -q '^hearth-server ready' "$work/ready" 2>/dev/null ||
+    { cat "$work/server.log" >&2; echo "hearth-server was not ready after 60 s" >&2; exit 1; }
   grpc_addr=$(sed -n 's/^hearth-server ready grpc=\([^ ]*\).*/\1/p' "$work/ready")
   http_addr=$(sed -n 's/^hearth-server ready .* http=\([^ ]*\).*/\1/p' "$work/ready")
 }

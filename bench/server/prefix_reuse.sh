@@ -113,8 +113,16 @@ done
 addr=$(sed -n 's/^hearth-server ready grpc=\([^ ]*\).*/\1/p' "$work/ready")
 [ -n "$addr" ] || die "hearth-server not ready after 300 s"
 
+# summary_of CMD...: CMD's JSON summary. Exit status 1 (some requests failed)
+# still prints one, which the report below names; nothing printed is fatal.
+summary_of() {
+  local out rc=0
+  out=$("$@") || rc=$?
+  [ -n "$out" ] && [ "$rc" -le 1 ] || die "$(basename "$1") $2 failed (exit $rc) with no summary"
+  printf '%s' "$out"
+}
 bench() {  # bench ARGS...: one `hearth bench` run, its JSON summary
-  "$build/tools/hearth" bench --server "$addr" --model bench --quiet --json \
+  summary_of "$build/tools/hearth" bench --server "$addr" --model bench --quiet --json \
     --max-tokens "$max_tokens" "$@"
 }
 echo "prefix_reuse.sh: shared prefix of $prefix_ntok tokens ($prefix_words words), $requests requests at concurrency $concurrency" >&2
@@ -144,7 +152,7 @@ if [ -n "$llama" ]; then
   /usr/bin/python3 "$helper" wait-http "$port" "$server_pid" 300 ||
     { tail -n 30 "$work/llama.log" >&2; die "llama-server did not become ready"; }
   load() {
-    /usr/bin/python3 "$helper" load --port "$port" --max-tokens "$max_tokens" \
+    summary_of /usr/bin/python3 "$helper" load --port "$port" --max-tokens "$max_tokens" \
       --shared-prefix-tokens "$prefix_words" --requests "$requests" --concurrency "$concurrency" \
       --warmup 1 "$@"
   }

@@ -52,6 +52,18 @@ fuzz() {
     "$(ls "$work" | wc -l)" >"build/asan/fuzz/summary/$name"
 }
 
+# Stopped (SIGTERM from hearth.sh, or Ctrl-C), the running targets stop too:
+# each is a child of a background fuzz() subshell.
+stop_targets() {
+  trap - TERM INT
+  for job in $(jobs -p); do
+    pkill -TERM -P "$job" 2>/dev/null
+    kill -TERM "$job" 2>/dev/null
+  done
+  exit 143
+}
+trap stop_targets TERM INT
+
 # run NAME TARGET SEED_DIR [VOCAB]: starts fuzz in the background once a core
 # is free; finish waits for the rest. A failed run fails the script.
 cores=$(nproc)

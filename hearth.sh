@@ -114,12 +114,13 @@ case "${1:-}" in
     fuzz_pid=$!
     # Interrupted (or failed), the fuzzers stop too: a background job ignores
     # SIGINT, so Ctrl-C alone left them running for minutes.
-    trap 'kill -TERM "$fuzz_pid" 2>/dev/null' EXIT
+    trap 'kill -TERM "$fuzz_pid" 2>/dev/null || true' EXIT
     trap 'exit 130' INT TERM
     tsan_status=0
     run_tests tsan -L tsan || tsan_status=$?
     fuzz_status=0
     wait "$fuzz_pid" || fuzz_status=$?
+    trap - EXIT  # waited for: its PID may be another process's by now
     say "fuzz targets (tests/fuzz/run_fuzzers.sh):"
     cat "$fuzz_log"
     [ "$tsan_status" -eq 0 ] || exit "$tsan_status"

@@ -30,9 +30,13 @@ absl::StatusOr<std::string> read_whole_file(const std::string& path, std::size_t
     int fd;
     ~Closer() { ::close(fd); }
   } closer{fd};
+  return read_whole_fd(fd, path, max_bytes);
+}
+
+absl::StatusOr<std::string> read_whole_fd(int fd, const std::string& name, std::size_t max_bytes) {
   struct stat st {};
-  if (::fstat(fd, &st) != 0) return cannot_read(path, std::strerror(errno));
-  if (S_ISDIR(st.st_mode)) return cannot_read(path, "it is a directory");
+  if (::fstat(fd, &st) != 0) return cannot_read(name, std::strerror(errno));
+  if (S_ISDIR(st.st_mode)) return cannot_read(name, "it is a directory");
   std::string text;
   if (S_ISREG(st.st_mode) && static_cast<std::size_t>(st.st_size) <= max_bytes)
     text.reserve(static_cast<std::size_t>(st.st_size));
@@ -42,11 +46,11 @@ absl::StatusOr<std::string> read_whole_file(const std::string& path, std::size_t
     if (n == 0) return text;
     if (n < 0) {
       if (errno == EINTR) continue;
-      return cannot_read(path, std::strerror(errno));
+      return cannot_read(name, std::strerror(errno));
     }
     text.append(buffer, static_cast<std::size_t>(n));
     if (text.size() > max_bytes)
-      return cannot_read(path, str_cat("it holds more than ", max_bytes, " bytes").c_str());
+      return cannot_read(name, str_cat("it holds more than ", max_bytes, " bytes").c_str());
   }
 }
 

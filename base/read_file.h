@@ -19,4 +19,9 @@ inline constexpr std::size_t kMaxFileBytes = std::size_t{256} << 20;
 absl::StatusOr<std::string> read_whole_file(const std::string& path,
                                             std::size_t max_bytes = kMaxFileBytes);
 
+// The same for an open descriptor (fd 0: whatever stdin is, a pipe, a
+// socket or a file read from where it stands), named `name` in errors.
+absl::StatusOr<std::string> read_whole_fd(int fd, const std::string& name,
+                                          std::size_t max_bytes = kMaxFileBytes);
+
 }  // namespace hearth

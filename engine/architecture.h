@@ -61,11 +61,9 @@ struct SlidingWindowRule {
   // Files of the family always carry the key (0: no window); the synthetic
   // writer follows it.
   bool always_in_file = false;
-  // Without the key: the first matching legacy window; no match, a refusal
-  // naming the key when required (llama.cpp refuses such Phi-3 files), else
-  // no window.
+  // Without the key: the first matching legacy window, else no window (as
+  // llama.cpp loads such files today; older builds refused Phi-3's).
   std::span<const LegacyWindow> when_absent = {};
-  bool required = false;
 };
 
 // {arch}.attn_logit_softcapping and final_logit_softcapping (Gemma 2), and

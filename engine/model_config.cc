@@ -72,10 +72,6 @@ absl::StatusOr<std::size_t> sliding_window(const GgufFile& f, const ModelConfig&
   auto matches = [](std::size_t want, std::size_t have) { return want == 0 || want == have; };
   for (const LegacyWindow& l : rule.when_absent)
     if (matches(l.n_layer, c.n_layer) && matches(l.n_ctx_train, c.n_ctx_train)) return l.window;
-  if (rule.required)
-    return invalid(
-        f, str_cat("is missing the key '", key, "', and no window is known for ", c.arch_name,
-                   " files of ", c.n_layer, " layers and context ", c.n_ctx_train));
   return 0;
 }
 

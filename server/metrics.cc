@@ -428,8 +428,9 @@ MetricsExporter::MetricsExporter() : request_registry_(std::make_shared<promethe
   queue_wait_ = &prometheus::BuildHistogram()
                      .Name("hearth_queue_wait_seconds")
                      .Help(
-                         "Time an admitted generation waited for an instance of its model "
-                         "(refusals: hearth_requests_total by code).")
+                         "Time a generation waited for an instance of its model: admitted, "
+                         "or timed out or cancelled in the queue (refusals at capacity: "
+                         "hearth_requests_total by code).")
                      .Register(r);
   ttft_ = &prometheus::BuildHistogram()
                .Name("hearth_time_to_first_token_seconds")

@@ -22,8 +22,9 @@
 //   hearth_requests_total{model,method,code,transport}     counter
 //   hearth_request_duration_seconds{model,method,transport}  histogram (arrival to final
 //                                                          status)
-//   hearth_queue_wait_seconds{model}                       histogram (an admitted request's
-//                                                          wait for an instance)
+//   hearth_queue_wait_seconds{model}                       histogram (a request's wait for an
+//                                                          instance: admitted, timed out or
+//                                                          cancelled in the queue)
 //   hearth_time_to_first_token_seconds{model}              histogram
 //   hearth_inter_token_latency_seconds{model}              histogram (token to next token)
 //   hearth_prompt_tokens_total{model}                      counter (admitted requests')

@@ -1,9 +1,18 @@
 #include "server/model_registry.h"
 
+#include "absl/strings/cord.h"
 #include "base/str_cat.h"
 #include "spdlog/spdlog.h"
 
 namespace hearth::server {
+
+namespace {
+constexpr char kModelLoadFailure[] = "hearth.server/model_load_failure";
+}  // namespace
+
+bool is_model_load_failure(const absl::Status& status) {
+  return status.GetPayload(kModelLoadFailure).has_value();
+}
 
 const char* model_state_name(ModelState s) {
   switch (s) {
@@ -84,9 +93,12 @@ absl::StatusOr<ModelPool*> ModelRegistry::find(const std::string& name) const {
         case ModelState::kDraining:
           return absl::UnavailableError(
               str_cat("model '", name, "' is not accepting requests: the server is shutting down"));
-        case ModelState::kFailed:  // until the server restarts: no retry helps
-          return absl::FailedPreconditionError(
+        case ModelState::kFailed: {  // until the server restarts: no retry helps
+          absl::Status failed = absl::FailedPreconditionError(
               str_cat("model '", name, "' failed to load: ", e.error));
+          failed.SetPayload(kModelLoadFailure, absl::Cord());
+          return failed;
+        }
       }
     }
   }

@@ -29,6 +29,11 @@ struct ModelEntry {
   const ModelPool* pool = nullptr;  // set once loaded
 };
 
+// Whether `status` is a call's refusal because its model failed to load
+// (FAILED_PRECONDITION; over HTTP a 500: the server's fault, lasting until
+// a restart).
+bool is_model_load_failure(const absl::Status& status);
+
 class ModelRegistry {
  public:
   explicit ModelRegistry(std::vector<ModelSpec> specs);
@@ -46,7 +51,8 @@ class ModelRegistry {
                         const std::function<bool()>& stop_requested = {});
 
   // The pool serving `name`. NOT_FOUND (listing the served names) for an
-  // unknown name; UNAVAILABLE while loading, draining or failed.
+  // unknown name; UNAVAILABLE while loading or draining; FAILED_PRECONDITION
+  // (is_model_load_failure) when it failed to load.
   absl::StatusOr<ModelPool*> find(const std::string& name) const;
 
   // Every model: drain its pool (no new requests) and mark it DRAINING.

@@ -174,7 +174,8 @@ absl::Status validate_specs(const std::vector<ModelSpec>& specs) {
     if (s.context == 1)
       return absl::InvalidArgumentError(
           str_cat("model '", s.name,
-                  "': context 1 leaves no room to generate (0: the model's own; at least 2)"));
+                  "': context 1 (--context, or its config key) leaves no room to generate (0: the "
+          "model's own; at least 2)"));
   }
   return absl::OkStatus();
 }

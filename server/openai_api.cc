@@ -14,6 +14,7 @@
 #include "hearth/v1/inference.pb.h"
 #include "nlohmann/json.hpp"
 #include "server/invalid_argument.h"
+#include "server/model_registry.h"
 #include "server/response_format.h"
 
 namespace hearth::server::openai {
@@ -271,23 +272,6 @@ absl::StatusOr<std::string> message_content(const Json& message, const std::stri
   return text;
 }
 
-// A tool call of an assistant message as templates read it: OpenAI sends
-// function.arguments as JSON text, the Hugging Face templates expect the
-// object (they print it with tojson; the text would be quoted a second
-// time). Arguments that are not a JSON object stay as sent.
-Json template_tool_call(Json call) {
-  if (!call.is_object()) return call;
-  const auto function = call.find("function");
-  if (function == call.end() || !function->is_object()) return call;
-  const auto arguments = function->find("arguments");
-  if (arguments == function->end() || !arguments->is_string()) return call;
-  const std::string& text = arguments->get_ref<const std::string&>();
-  if (!json_shape_problem(text).empty()) return call;
-  Json parsed = Json::parse(text, nullptr, false);
-  if (!parsed.is_discarded() && parsed.is_object()) *arguments = std::move(parsed);
-  return call;
-}
-
 absl::StatusOr<Json> template_message(const Json& message, std::size_t i) {
   const std::string name = str_cat("messages[", i, "]");
   if (!message.is_object()) return invalid(str_cat(name, ": must be an object"));
@@ -308,9 +292,7 @@ absl::StatusOr<Json> template_message(const Json& message, std::size_t i) {
   if (call_id) out["tool_call_id"] = *call_id;
   if (const Json* calls = field(message, "tool_calls"); calls != nullptr) {
     if (!calls->is_array()) return invalid(str_cat(name, ".tool_calls: must be an array"));
-    Json converted = Json::array();
-    for (const Json& call : *calls) converted.push_back(template_tool_call(call));
-    out["tool_calls"] = std::move(converted);
+    out["tool_calls"] = *calls;
   }
   return out;
 }
@@ -579,6 +561,7 @@ std::string error_event(const absl::Status& status) {
 }
 
 int http_status(const absl::Status& status, bool draining) {
+  if (is_model_load_failure(status)) return 500;  // not the request's fault, nor passing
   switch (status.code()) {
     case absl::StatusCode::kOk:
       return 200;

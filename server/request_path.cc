@@ -10,6 +10,7 @@
 #include "engine/sequence.h"
 #include "memory/thread_temp_allocator.h"
 #include "server/chat_call.h"
+#include "server/conversation.h"
 #include "server/invalid_argument.h"
 
 namespace hearth::server {
@@ -59,56 +60,6 @@ absl::Status check_prompt_bytes(std::string_view prompt, const ModelPool& pool) 
   return engine::context_length_exceeded(
       str_cat("prompt: ", prompt.size(), " bytes of text cannot fit the context of ", context,
               " tokens (they are at least ", fewest, " tokens, whatever the text)"));
-}
-
-// Whether a conversation comes with tools: a non-empty list (an empty one
-// goes to the template unchecked, as before).
-bool has_tools(const chat::ChatContext& conversation) {
-  return conversation.tools && conversation.tools->is_array() && !conversation.tools->empty();
-}
-
-// A chat request has no prompt field: an error about the prompt (the
-// rendered conversation) names messages instead, keeping code and payloads.
-absl::Status as_messages_error(const absl::Status& s) {
-  const std::string m(s.message());
-  if (!m.starts_with("prompt: ")) return s;
-  absl::Status renamed(
-      s.code(),
-      str_cat("messages: the conversation as its chat template renders it: ", m.substr(8)));
-  s.ForEachPayload(
-      [&](absl::string_view url, const absl::Cord& payload) { renamed.SetPayload(url, payload); });
-  return renamed;
-}
-
-// The prompt text of a conversation. Tools that the template does not render
-// for this conversation are refused: the prompt would be the same without
-// them, so the model would not know the tools exist. Both renderings read one
-// clock, so a template that prints the date does not differ only by the
-// second it ran in.
-absl::StatusOr<std::string> render_conversation(const chat::ChatPrompt& prompt,
-                                                chat::ChatContext context,
-                                                const std::string& model) {
-  // A conversation that takes the template past its limits (steps, output
-  // bytes) is the request's to change, not a rate limit: RESOURCE_EXHAUSTED
-  // would be HTTP 429, which the OpenAI SDKs retry unchanged.
-  auto render = [&](const chat::ChatContext& c) -> absl::StatusOr<std::string> {
-    absl::StatusOr<std::string> text = prompt.render(c);
-    if (text.status().code() == absl::StatusCode::kResourceExhausted)
-      return invalid(str_cat("messages: the conversation takes the chat template past its limits: ",
-                             text.status().message()));
-    return text;
-  };
-  if (!has_tools(context)) return render(context);
-  if (!context.now_unix_seconds) context.now_unix_seconds = std::time(nullptr);
-  HEARTH_ASSIGN_OR_RETURN(std::string text, render(context));
-  context.tools.reset();
-  const absl::StatusOr<std::string> without = render(context);
-  if (without.ok() && *without == text)
-    return invalid(str_cat("tools: the chat template of model '", model,
-                           "' does not render them for this conversation (the prompt is the "
-                           "same without them); serve the model with a template that does "
-                           "(--chat-template)"));
-  return text;
 }
 
 }  // namespace
@@ -224,11 +175,15 @@ absl::StatusOr<std::unique_ptr<Admission>> RequestPath::admit_prompt(ModelPool& 
 
   absl::StatusOr<ModelPool::Lease> lease =
       pool.acquire(context.deadline, context.cancelled, request.prompt_ids);
+  // A wait is recorded when there was one: admitted, or given up in the
+  // queue (deadline, cancellation). A refusal at capacity or in a drain
+  // waited for nothing and would pull the quantiles towards 0 just when the
+  // pool is full. Prompt tokens count only when a step will compute them.
+  const absl::StatusCode code = lease.status().code();
+  if (lease.ok() || code == absl::StatusCode::kDeadlineExceeded ||
+      code == absl::StatusCode::kCancelled)
+    record.queue_s = engine::seconds_between(record.arrival, Clock::now());
   if (!lease.ok()) return lease.status();
-  // Only an admitted request's wait and prompt are recorded: one refused at
-  // capacity would pull the queue-wait quantiles towards 0 just when the
-  // pool is full, and count prompt tokens no step computed.
-  record.queue_s = engine::seconds_between(record.arrival, Clock::now());
   record.prompt_tokens = request.prompt_ids.size();
   return std::unique_ptr<Admission>(
       new Admission{pool, std::move(*lease), std::move(*sequence), call.reuse_prefix});

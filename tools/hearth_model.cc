@@ -162,7 +162,7 @@ int tokenize(int argc, char** argv) {
   if (!f.ok()) return fail("hearth-model: " + std::string(f.status().message()));
   auto tok = engine::Tokenizer::from_gguf(**f);
   if (!tok.ok()) return fail("hearth-model: " + std::string(tok.status().message()));
-  absl::StatusOr<std::string> read = read_whole_file("/dev/stdin");
+  absl::StatusOr<std::string> read = read_whole_fd(0, "stdin");
   if (!read.ok())
     return fail("hearth-model tokenize: the text on stdin: " +
                 std::string(read.status().message()));

@@ -4,9 +4,10 @@
 _prompt_words_helper=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/batching_load.py
 
 count_tokens() {  # count_tokens WORDS: tokens of `hearth bench --prompt-tokens WORDS` (with BOS)
-  local ids
-  ids=$(/usr/bin/python3 "$_prompt_words_helper" prompt "$1" 2>/dev/null |
-    "$build/tools/hearth-model" tokenize "$model") ||
+  local prompt ids
+  prompt=$(/usr/bin/python3 "$_prompt_words_helper" prompt "$1") ||
+    { echo "prompt_words.sh: batching_load.py prompt $1 failed (above)" >&2; return 1; }
+  ids=$(printf '%s' "$prompt" | "$build/tools/hearth-model" tokenize "$model") ||
     { echo "prompt_words.sh: hearth-model tokenize $model failed (above)" >&2; return 1; }
   /usr/bin/python3 -c 'import json,sys; print(len(json.load(sys.stdin)))' <<<"$ids"
 }

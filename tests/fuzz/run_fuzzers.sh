@@ -57,8 +57,8 @@ fuzz() {
 stop_targets() {
   trap - TERM INT
   for job in $(jobs -p); do
-    pkill -TERM -P "$job" 2>/dev/null
-    kill -TERM "$job" 2>/dev/null
+    pkill -TERM -P "$job" 2>/dev/null || true  # (procps; without it the target runs out its time)
+    kill -TERM "$job" 2>/dev/null || true
   done
   exit 143
 }

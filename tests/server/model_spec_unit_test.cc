@@ -83,7 +83,8 @@ TEST(ModelSpecs, ContextOneAndNamesTwiceAreRefused) {
   ModelSpec tiny = a;
   tiny.context = 1;
   EXPECT_EQ(validate_specs({tiny}).message(),
-            "model 'a': context 1 leaves no room to generate (0: the model's own; at least 2)");
+            "model 'a': context 1 (--context, or its config key) leaves no room to generate (0: "
+            "the model's own; at least 2)");
   EXPECT_EQ(validate_specs({a, a}).message(), "model 'a' is configured twice");
 }
 

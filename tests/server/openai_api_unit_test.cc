@@ -9,6 +9,7 @@
 
 #include "engine/sequence.h"
 #include "nlohmann/json.hpp"
+#include "server/model_registry.h"
 
 namespace hearth::server::openai {
 namespace {
@@ -102,9 +103,7 @@ TEST(OpenAiRequest, ChatMessagesReachTheTemplateAsGiven) {
   EXPECT_EQ(c.messages[1]["content"], "ab");
   EXPECT_EQ(c.messages[2]["content"], "");
   EXPECT_EQ(c.messages[2]["tool_calls"][0]["id"], "c1");
-  // OpenAI's arguments text reaches the template as the object templates
-  // print with tojson (the text would be quoted a second time).
-  EXPECT_TRUE(c.messages[2]["tool_calls"][0]["function"]["arguments"].is_object());
+  EXPECT_EQ(c.messages[2]["tool_calls"][0]["function"]["arguments"], "{}");
   EXPECT_EQ(c.messages[3]["tool_call_id"], "c1");
   EXPECT_EQ(c.messages[3]["name"], "f");
   ASSERT_TRUE(c.tools.has_value());
@@ -157,8 +156,7 @@ TEST(OpenAiRequest, ResponseFormatsCompileToGrammars) {
 }
 
 // "developer" is OpenAI's newer name for "system", the role templates know
-// (they dropped it silently); roles OpenAI does not have are refused. Tool
-// call arguments that are not a JSON object's text stay as sent.
+// (they dropped it silently); roles OpenAI does not have are refused.
 TEST(OpenAiRequest, DeveloperIsSystemAndUnknownRolesAreRefused) {
   absl::StatusOr<Request> r = chat(R"({"model": "m", "messages": [
       {"role": "developer", "content": "Be a pirate."}, {"role": "user", "content": "Hi"},
@@ -166,7 +164,6 @@ TEST(OpenAiRequest, DeveloperIsSystemAndUnknownRolesAreRefused) {
        "tool_calls": [{"id": "c", "function": {"name": "f", "arguments": "[1, 2"}}]}]})");
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->chat.conversation.messages[0]["role"], "system");
-  EXPECT_EQ(r->chat.conversation.messages[2]["tool_calls"][0]["function"]["arguments"], "[1, 2");
   EXPECT_EQ(refusal(chat(R"({"model": "m", "messages": [{"role": "bogus", "content": "x"}]})")),
             "messages[0].role: 'bogus' is not one of system, developer, user, assistant, tool");
   EXPECT_EQ(refusal(chat(R"({"model": "m", "messages": [{"role": "user", "content": "x"}],
@@ -359,6 +356,22 @@ TEST(OpenAiResponse, EventsAreFramedChunks) {
   EXPECT_TRUE(with_null["usage"].is_null());
   EXPECT_TRUE(Json::parse(finish_event(usage_head, o).substr(6))["usage"].is_null());
   EXPECT_EQ(Json::parse(usage_event(usage_head, o).substr(6))["usage"]["total_tokens"], 0);
+}
+
+// A model that failed to load (--keep-going) is the server's fault and lasts
+// until a restart: 500, not a 400 blaming the request or a retried 429.
+TEST(OpenAiError, AModelThatFailedToLoadIs500) {
+  ModelSpec broken;
+  broken.name = "broken";
+  broken.path = "/nonexistent/broken.gguf";
+  ModelRegistry registry({broken});
+  EXPECT_FALSE(registry.load_all(nullptr, /*keep_going=*/true, nullptr).ok());
+  const absl::StatusOr<ModelPool*> found = registry.find("broken");
+  ASSERT_FALSE(found.ok());
+  EXPECT_EQ(found.status().code(), absl::StatusCode::kFailedPrecondition) << found.status();
+  EXPECT_TRUE(is_model_load_failure(found.status()));
+  EXPECT_EQ(http_status(found.status(), false), 500);
+  EXPECT_EQ(http_status(absl::FailedPreconditionError("no chat template"), false), 400);
 }
 
 TEST(OpenAiError, StatusesAndBodies) {

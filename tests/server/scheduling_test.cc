@@ -227,6 +227,19 @@ TEST_F(ServerSingleInstanceTest, DeadlineWhileQueued) {
     return seen_queued;
   });
   EXPECT_TRUE(tested) << "the request was never seen queued before its deadline";
+  // Its wait is in the queue-wait histogram (the longest waits show an
+  // overload), though it never ran; the running request is counted later.
+  // (The server may see the passed deadline as the call's cancellation.)
+  auto given_up = [](const std::map<std::string, double>& m) {
+    return sum_series(m, "hearth_requests_total", {"DEADLINE_EXCEEDED"}) +
+           sum_series(m, "hearth_requests_total", {"CANCELLED"});
+  };
+  bool counted = false;
+  const auto m = scrape_until(
+      server_, [&](const auto& m) { return given_up(m) >= 1; }, patience(), &counted);
+  EXPECT_TRUE(counted);
+  EXPECT_EQ(sum_series(m, "hearth_queue_wait_seconds_count"), given_up(m));
+  EXPECT_GT(sum_series(m, "hearth_queue_wait_seconds_sum"), 0);
   running.cancel();
   EXPECT_EQ(running.finish().error_code(), grpc::StatusCode::CANCELLED);
   EXPECT_TRUE(wait_until(is_idle, patience(), "idle"));

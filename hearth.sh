@@ -115,7 +115,6 @@ case "${1:-}" in
     # Interrupted (or failed), the fuzzers stop too: a background job ignores
     # SIGINT, so Ctrl-C alone left them running for minutes.
     trap 'kill -TERM "$fuzz_pid" 2>/dev/null || true' EXIT
-    trap 'exit 130' INT TERM
     tsan_status=0
     run_tests tsan -L tsan || tsan_status=$?
     fuzz_status=0

@@ -1,6 +1,7 @@
 #include "base/read_file.h"
 
 #include <fcntl.h>
+#include <poll.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -46,6 +47,10 @@ absl::StatusOr<std::string> read_whole_fd(int fd, const std::string& name, std::
     if (n == 0) return text;
     if (n < 0) {
       if (errno == EINTR) continue;
+      if (errno == EAGAIN || errno == EWOULDBLOCK) {  // a non-blocking pipe: wait for data
+        pollfd p{fd, POLLIN, 0};
+        if (::poll(&p, 1, -1) >= 0 || errno == EINTR) continue;
+      }
       return cannot_read(name, std::strerror(errno));
     }
     text.append(buffer, static_cast<std::size_t>(n));

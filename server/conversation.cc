@@ -1,6 +1,7 @@
 #include "server/conversation.h"
 
 #include <ctime>
+#include <optional>
 #include <utility>
 
 #include "base/json_shape.h"
@@ -53,43 +54,44 @@ bool parse_tool_call_arguments(nlohmann::ordered_json& messages) {
 absl::StatusOr<std::string> render_conversation(const chat::ChatPrompt& prompt,
                                                 chat::ChatContext context,
                                                 const std::string& model) {
+  // Every rendering reads one clock, so a template that prints the date
+  // does not differ only by the second it ran in.
+  if (!context.now_unix_seconds) context.now_unix_seconds = std::time(nullptr);
   // A conversation that takes the template past its limits (steps, output
   // bytes) is the request's to change, not a rate limit: RESOURCE_EXHAUSTED
   // would be HTTP 429, which the OpenAI SDKs retry unchanged.
-  auto render = [&](const chat::ChatContext& c) -> absl::StatusOr<std::string> {
-    absl::StatusOr<std::string> text = prompt.render(c);
-    if (text.status().code() == absl::StatusCode::kResourceExhausted)
-      return invalid(str_cat("messages: the conversation takes the chat template past its limits: ",
-                             text.status().message()));
-    return text;
+  auto limits = [](const absl::Status& s) {
+    return invalid(str_cat("messages: the conversation takes the chat template past its limits: ",
+                           s.message()));
   };
-  // Tool-call arguments as objects, unless the template cannot take them
-  // (some join them into the prompt as text: DeepSeek-R1's): then as sent.
-  {
-    chat::ChatContext parsed = context;
-    if (parse_tool_call_arguments(parsed.messages)) {
-      if (!parsed.now_unix_seconds) parsed.now_unix_seconds = std::time(nullptr);
-      const absl::StatusOr<std::string> text = render(parsed);
-      if (text.ok() && !has_tools(parsed)) return text;
-      if (text.ok()) {
-        context = std::move(parsed);
-      } else if (text.status().code() != absl::StatusCode::kInvalidArgument ||
-                 !render(context).ok()) {
-        return text;  // not the arguments' form: the first refusal stands
-      }
+  // Tool-call arguments as objects when the template renders them so;
+  // otherwise (some join them into the prompt as text: DeepSeek-R1's) as
+  // sent, whose error, if it fails too, is the one about the client's data.
+  std::optional<absl::StatusOr<std::string>> text;
+  chat::ChatContext parsed = context;
+  if (parse_tool_call_arguments(parsed.messages)) {
+    absl::StatusOr<std::string> as_objects = prompt.render(parsed);
+    if (as_objects.status().code() == absl::StatusCode::kResourceExhausted)
+      return limits(as_objects.status());  // the budget is spent once, not twice
+    if (as_objects.ok()) {
+      context = std::move(parsed);
+      text = std::move(as_objects);
     }
   }
-  if (!has_tools(context)) return render(context);
-  if (!context.now_unix_seconds) context.now_unix_seconds = std::time(nullptr);
-  HEARTH_ASSIGN_OR_RETURN(std::string text, render(context));
+  if (!text) text = prompt.render(context);
+  if (text->status().code() == absl::StatusCode::kResourceExhausted) return limits(text->status());
+  if (!text->ok() || !has_tools(context)) return *std::move(text);
+  // Tools the template does not render for this conversation are refused:
+  // the prompt would be the same without them, so the model would not know
+  // the tools exist.
   context.tools.reset();
-  const absl::StatusOr<std::string> without = render(context);
-  if (without.ok() && *without == text)
+  const absl::StatusOr<std::string> without = prompt.render(context);
+  if (without.ok() && *without == **text)
     return invalid(str_cat("tools: the chat template of model '", model,
                            "' does not render them for this conversation (the prompt is the "
                            "same without them); serve the model with a template that does "
                            "(--chat-template)"));
-  return text;
+  return *std::move(text);
 }
 
 }  // namespace hearth::server

@@ -141,7 +141,9 @@ std::size_t ModelPool::take_free(std::span<const std::int32_t> prompt) {
 
 absl::StatusOr<ModelPool::Lease> ModelPool::acquire(Clock::time_point deadline,
                                                     const std::function<bool()>& cancelled,
-                                                    std::span<const std::int32_t> prompt) {
+                                                    std::span<const std::int32_t> prompt,
+                                                    bool* queued) {
+  if (queued != nullptr) *queued = false;
   std::unique_lock<std::mutex> lock(mu_);
   if (draining_)
     return absl::UnavailableError(
@@ -158,6 +160,7 @@ absl::StatusOr<ModelPool::Lease> ModelPool::acquire(Clock::time_point deadline,
         live, " requests waiting (queue limit ", spec_.queue, "); retry later"));
   const std::uint64_t ticket = next_ticket_++;
   waiters_.push_back(Waiter{ticket, deadline});
+  if (queued != nullptr) *queued = true;
   auto leave = [&] {
     waiters_.erase(std::find_if(waiters_.begin(), waiters_.end(),
                                 [&](const Waiter& w) { return w.ticket == ticket; }));

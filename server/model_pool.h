@@ -104,9 +104,10 @@ class ModelPool {
   // with `prompt` (KvPrefixIndex::choose; empty: any). `cancelled` is polled
   // while waiting. No instance is lent once `deadline` has passed, even one
   // that is free. Errors: UNAVAILABLE (queue full, or draining),
-  // DEADLINE_EXCEEDED, CANCELLED; each message names the model.
+  // DEADLINE_EXCEEDED, CANCELLED; each message names the model. *queued
+  // (when given) says whether the request waited in the queue.
   absl::StatusOr<Lease> acquire(Clock::time_point deadline, const std::function<bool()>& cancelled,
-                                std::span<const std::int32_t> prompt = {});
+                                std::span<const std::int32_t> prompt = {}, bool* queued = nullptr);
 
   // No new acquire() succeeds from now on; waiters are released with
   // UNAVAILABLE. Leases already held stay valid.

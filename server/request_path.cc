@@ -173,16 +173,15 @@ absl::StatusOr<std::unique_ptr<Admission>> RequestPath::admit_prompt(ModelPool& 
       pool.tokenizer(), request, pool.context_length(), pool.weights().config().n_vocab);
   if (!sequence.ok()) return sequence.status();
 
+  bool queued = false;
   absl::StatusOr<ModelPool::Lease> lease =
-      pool.acquire(context.deadline, context.cancelled, request.prompt_ids);
+      pool.acquire(context.deadline, context.cancelled, request.prompt_ids, &queued);
   // A wait is recorded when there was one: admitted, or given up in the
-  // queue (deadline, cancellation). A refusal at capacity or in a drain
-  // waited for nothing and would pull the quantiles towards 0 just when the
-  // pool is full. Prompt tokens count only when a step will compute them.
-  const absl::StatusCode code = lease.status().code();
-  if (lease.ok() || code == absl::StatusCode::kDeadlineExceeded ||
-      code == absl::StatusCode::kCancelled)
-    record.queue_s = engine::seconds_between(record.arrival, Clock::now());
+  // queue (deadline, cancellation, drain). A refusal before the queue (at
+  // capacity, a deadline already passed) waited for nothing and would pull
+  // the quantiles towards 0 just when the pool is full. Prompt tokens count
+  // only when a step will compute them.
+  if (lease.ok() || queued) record.queue_s = engine::seconds_between(record.arrival, Clock::now());
   if (!lease.ok()) return lease.status();
   record.prompt_tokens = request.prompt_ids.size();
   return std::unique_ptr<Admission>(

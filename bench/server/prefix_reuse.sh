@@ -166,9 +166,10 @@ fi
 import json, sys
 cold, warm, chat_off, chat_on = (json.loads(x) for x in sys.argv[1:5])
 llama_cold, llama_warm = json.loads(sys.argv[8]), json.loads(sys.argv[9])
-for name, r in (("cold", cold), ("warm", warm), ("chat off", chat_off), ("chat on", chat_on)):
-    if r["failed"]:
-        sys.exit(f"prefix_reuse.sh: {r['failed']} requests of the {name} run failed: {r['errors']}")
+for name, r in (("cold", cold), ("warm", warm), ("chat off", chat_off), ("chat on", chat_on),
+                ("llama-server cold", llama_cold), ("llama-server warm", llama_warm)):
+    if r.get("failed"):
+        sys.exit(f"prefix_reuse.sh: {r['failed']} requests of the {name} run failed: {r.get('errors')}")
 print(f"=== prefix reuse: {sys.argv[5]}, {sys.argv[6]} cores")
 print(f"shared prefix of {sys.argv[7]} tokens + 20 words each"
       f" ({cold['requests']} requests at concurrency {cold['concurrency']}):")

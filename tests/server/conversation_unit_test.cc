@@ -48,6 +48,17 @@ TEST(Conversation, ToolCallArgumentsGoAsObjectsUnlessTheTemplateJoinsText) {
   ASSERT_TRUE(text.ok()) << text.status();
   EXPECT_EQ(*text, R"(args: {"city": "Paris"})");
 
+  // When the text form fails too, its error is the one the client sees (about
+  // what it sent), not the objects' type error.
+  const chat::ChatPrompt joined_then_refused = prompt_of(
+      "{% for m in messages %}{% for c in m.tool_calls or [] %}"
+      "{{ 'args: ' + c.function.arguments }}{% endfor %}{% endfor %}"
+      "{{ raise_exception('roles must alternate') }}");
+  text = render_conversation(joined_then_refused, replayed_call(), "m");
+  EXPECT_EQ(text.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(text.status().message().find("roles must alternate"), std::string::npos)
+      << text.status();
+
   // Text that is not an object's JSON stays text.
   Json messages = replayed_call().messages;
   messages[1]["tool_calls"][0]["function"]["arguments"] = "[1, 2";

@@ -44,6 +44,7 @@ TEST(ModelPoolUnit, AnInstanceFreedAfterTheDeadlineDoesNotAdmitTheWaiter) {
   // on a machine stalled that long (then it returns at once, as it must).
   const Clock::time_point deadline = Clock::now() + std::chrono::milliseconds(200);
   std::optional<absl::Status> waiter_status;
+  bool waiter_queued = false;  // written by the waiter, read after join()
   std::thread waiter([&] {
     auto cancelled = [&] {
       std::unique_lock lock(mu);
@@ -52,7 +53,7 @@ TEST(ModelPoolUnit, AnInstanceFreedAfterTheDeadlineDoesNotAdmitTheWaiter) {
       cv.wait(lock, [&] { return open; });
       return false;
     };
-    const absl::Status st = (*pool)->acquire(deadline, cancelled, {}).status();
+    const absl::Status st = (*pool)->acquire(deadline, cancelled, {}, &waiter_queued).status();
     std::lock_guard lock(mu);
     waiter_status = st;
     returned = true;
@@ -72,6 +73,11 @@ TEST(ModelPoolUnit, AnInstanceFreedAfterTheDeadlineDoesNotAdmitTheWaiter) {
   waiter.join();
   ASSERT_TRUE(waiter_status.has_value());
   EXPECT_EQ(waiter_status->code(), absl::StatusCode::kDeadlineExceeded) << *waiter_status;
+  // It waited in the queue (its wait is a queue-wait sample), unless the
+  // machine stalled past the deadline before it asked.
+  if (in_check) {
+    EXPECT_TRUE(waiter_queued);
+  }
   // The instance is free for the next request.
   EXPECT_TRUE((*pool)->acquire(Clock::time_point::max(), nullptr, {}).ok());
 }
@@ -82,9 +88,12 @@ TEST(ModelPoolUnit, APassedDeadlineIsRefusedEvenWithAFreeInstance) {
   ASSERT_TRUE(registry.load_all(nullptr, false, {}, nullptr).ok());
   absl::StatusOr<ModelPool*> pool = registry.find("demo");
   ASSERT_TRUE(pool.ok()) << pool.status();
-  EXPECT_EQ((*pool)->acquire(Clock::now(), nullptr, {}).status().code(),
+  bool queued = true;
+  EXPECT_EQ((*pool)->acquire(Clock::now(), nullptr, {}, &queued).status().code(),
             absl::StatusCode::kDeadlineExceeded);
-  EXPECT_TRUE((*pool)->acquire(Clock::time_point::max(), nullptr, {}).ok());
+  EXPECT_FALSE(queued) << "it never queued: no queue-wait sample";
+  EXPECT_TRUE((*pool)->acquire(Clock::time_point::max(), nullptr, {}, &queued).ok());
+  EXPECT_FALSE(queued);
 }
 
 }  // namespace

@@ -399,16 +399,17 @@ TEST_F(ChatToolUseTest, TheFilesToolUseTemplateServesRequestsWithTools) {
   EXPECT_GT(prompt_ids(with.dones[0]).size(), prompt_ids(plain.dones[0]).size() + 20);
 }
 
-// A conversation that takes the template past its limits (here output: the
-// template writes a message's length squared) is the request's problem:
-// INVALID_ARGUMENT naming messages, not RESOURCE_EXHAUSTED, which HTTP maps
-// to 429 and the OpenAI SDKs retry unchanged.
+// A conversation that takes the template past its limits (here a string:
+// the template repeats a message as many times as it has characters) is the
+// request's problem: INVALID_ARGUMENT naming messages, not
+// RESOURCE_EXHAUSTED, which HTTP maps to 429 and the OpenAI SDKs retry
+// unchanged. (One string operation: a limit reached through millions of
+// small outputs took minutes under TSan.)
 TEST(ChatLimitsTest, AConversationBeyondTheTemplatesLimitsIsInvalidArgument) {
   HEARTH_REQUIRE_SHARED();
   const fs::path quadratic = scratch_dir() / "quadratic.jinja";
-  std::ofstream(quadratic) << "{% for m in messages %}{% for a in m['content'] %}"
-                              "{% for b in m['content'] %}.{% endfor %}{% endfor %}"
-                              "{{ m['content'] }}{% endfor %}";
+  std::ofstream(quadratic)
+      << "{% for m in messages %}{{ m['content'] * (m['content'] | length) }}{% endfor %}";
   ServerProcess server;
   HEARTH_START_SERVER(server, server_args({"--model", "s=" + stories_path().string(),
                                            "--chat-template", quadratic.string()}));

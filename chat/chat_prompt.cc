@@ -1,8 +1,5 @@
 #include "chat/chat_prompt.h"
 
-#include <fstream>
-#include <sstream>
-
 #include "base/read_file.h"
 #include "base/str_cat.h"
 

@@ -1,8 +1,6 @@
 #include "server/server.h"
 
 #include <algorithm>
-#include <fstream>
-#include <sstream>
 #include <string_view>
 #include <thread>
 

@@ -9,9 +9,7 @@
 #include <climits>
 #include <cstdint>
 #include <cstdlib>
-#include <fstream>
 #include <future>
-#include <iterator>
 #include <vector>
 
 #include "base/cli_flags.h"

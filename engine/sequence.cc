@@ -154,7 +154,7 @@ absl::StatusOr<const float*> Sequence::constrain(const float* logits, MemoryAllo
   float* masked = static_cast<float*>(scratch.allocate(n_vocab_ * sizeof(float), alignof(float)));
   if (masked == nullptr)
     return absl::ResourceExhaustedError("response_format: no scratch for the masked logits");
-  const std::span<const std::uint64_t> allowed = constraint_->allowed();
+  HEARTH_ASSIGN_OR_RETURN(const std::span<const std::uint64_t> allowed, constraint_->allowed());
   constexpr float kRefused = -std::numeric_limits<float>::infinity();
   for (std::size_t id = 0; id < n_vocab_; ++id)
     masked[id] = (allowed[id / 64] >> (id % 64)) & 1 ? logits[id] : kRefused;

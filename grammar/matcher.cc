@@ -26,6 +26,8 @@ Scratch& scratch() {
 
 // bound_refusals()'s count, per thread.
 thread_local std::uint64_t bound_refusal_count = 0;
+// matcher_work()'s count, per thread.
+thread_local std::uint64_t work_count = 0;
 
 void push_work(std::vector<std::uint32_t>& work, std::span<const std::uint32_t> parse) {
   work.insert(work.end(), parse.begin(), parse.end());
@@ -42,6 +44,7 @@ bool expand_within_bounds(const Grammar& g, Scratch& s, std::vector<std::uint32_
   while (!s.work.empty()) {
     if (budget-- == 0) return false;
     const std::uint32_t depth = s.work.back();
+    work_count += depth + 1;
     s.parse.assign(s.work.end() - 1 - depth, s.work.end() - 1);
     s.work.resize(s.work.size() - 1 - depth);
     const Element* top = s.parse.empty() ? nullptr : &g.element(s.parse.back());
@@ -103,6 +106,7 @@ bool advance_char(const Grammar& g, const ParseState& from, char32_t c, ParseSta
   to.partial = 0;
   to.pending = to.length = 0;
   const std::vector<std::uint32_t>& st = from.stacks;
+  work_count += st.size();
   for (std::size_t i = 0; i < st.size(); i += st[i] + 1) {
     const std::uint32_t depth = st[i];
     if (depth == 0) continue;
@@ -124,6 +128,7 @@ bool advance_char(const Grammar& g, const ParseState& from, char32_t c, ParseSta
 // Whether some parse's top class holds a character in [lo, hi].
 bool some_class_meets(const Grammar& g, const ParseState& state, char32_t lo, char32_t hi) {
   const std::vector<std::uint32_t>& st = state.stacks;
+  work_count += st.size();
   for (std::size_t i = 0; i < st.size(); i += st[i] + 1)
     if (st[i] != 0 && g.class_meets(g.element(st[i + st[i]]).index, lo, hi)) return true;
   return false;
@@ -143,6 +148,8 @@ bool partial_viable(const Grammar& g, const ParseState& s) {
 }  // namespace
 
 std::uint64_t bound_refusals() { return bound_refusal_count; }
+
+std::uint64_t matcher_work() { return work_count; }
 
 void ParseState::key(std::string& key) const {
   key.clear();

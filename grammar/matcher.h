@@ -54,6 +54,9 @@ bool advance(const Grammar& grammar, const ParseState& from, unsigned char byte,
 // for one character), not the grammar's: a change across a call tells an
 // error message which of the two refused.
 std::uint64_t bound_refusals();
+// How much work advance() has done on this thread: the parse positions it
+// read and wrote, a measure of its time that does not depend on the machine.
+std::uint64_t matcher_work();
 
 class Matcher {
  public:

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 #include <atomic>
+#include <limits>
 #include <numeric>
+
+#include "base/str_cat.h"
 
 namespace hearth::grammar {
 namespace {
@@ -31,16 +34,26 @@ VocabularyIndex::VocabularyIndex(std::vector<std::string> token_bytes)
   }
 }
 
+TokenMask VocabularyIndex::mask(const Grammar& grammar, const ParseState& state) const {
+  std::uint64_t work = 0;
+  return *mask(grammar, state, std::numeric_limits<std::uint64_t>::max(), &work);
+}
+
 // levels[d] is the state after the first d bytes of the current token;
 // `alive` counts the bytes of the previous token the grammar accepted, so
 // levels[0..alive] also hold for the prefix this token shares with it.
-TokenMask VocabularyIndex::mask(const Grammar& grammar, const ParseState& state) const {
+std::optional<TokenMask> VocabularyIndex::mask(const Grammar& grammar, const ParseState& state,
+                                               std::uint64_t max_work, std::uint64_t* work) const {
+  const std::uint64_t start = matcher_work();
+  *work = 0;
   TokenMask mask((bytes_.size() + 63) / 64, 0);
   if (state.dead()) return mask;
   std::vector<ParseState> levels(longest_ + 1);
   levels[0] = state;
   std::size_t alive = 0;
   for (std::size_t i = 0; i < order_.size(); ++i) {
+    *work = matcher_work() - start;
+    if (*work > max_work) return std::nullopt;
     const std::string& t = bytes(order_[i]);
     if (shared_[i] > alive) continue;  // starts with a prefix the grammar refused
     std::size_t d = shared_[i];
@@ -52,6 +65,8 @@ TokenMask VocabularyIndex::mask(const Grammar& grammar, const ParseState& state)
       mask[id / 64] |= std::uint64_t{1} << (id % 64);
     }
   }
+  *work = matcher_work() - start;
+  if (*work > max_work) return std::nullopt;
   return mask;
 }
 
@@ -74,12 +89,15 @@ void MaskCache::insert(std::uint64_t vocabulary, const std::string& key,
 }
 
 ConstrainedOutput::ConstrainedOutput(std::shared_ptr<const Grammar> grammar,
-                                     std::shared_ptr<const VocabularyIndex> vocabulary)
+                                     std::shared_ptr<const VocabularyIndex> vocabulary,
+                                     std::uint64_t max_work)
     : grammar_(std::move(grammar)),
       vocabulary_(std::move(vocabulary)),
-      state_(initial_state(*grammar_)) {}
+      state_(initial_state(*grammar_)),
+      max_work_(max_work),
+      work_left_(max_work) {}
 
-std::span<const std::uint64_t> ConstrainedOutput::allowed() {
+absl::StatusOr<std::span<const std::uint64_t>> ConstrainedOutput::allowed() {
   if (mask_ == nullptr) {
     state_.key(key_);
     MaskCache& cache = grammar_->mask_cache();
@@ -87,19 +105,30 @@ std::span<const std::uint64_t> ConstrainedOutput::allowed() {
     if (mask_ != nullptr) {
       ++cached_;
     } else {
-      auto computed = std::make_shared<const TokenMask>(vocabulary_->mask(*grammar_, state_));
+      std::uint64_t work = 0;
+      std::optional<TokenMask> walked = vocabulary_->mask(*grammar_, state_, work_left_, &work);
+      work_left_ -= std::min(work, work_left_);
+      if (!walked)
+        return absl::FailedPreconditionError(str_cat(
+            "response_format: following the grammar took more than ", max_work_,
+            " matcher steps for this output (the text so far can be parsed in so many ways that "
+            "each token's mask is a new walk of the vocabulary); make the grammar or pattern less "
+            "ambiguous"));
+      auto computed = std::make_shared<const TokenMask>(*std::move(walked));
       cache.insert(vocabulary_->serial(), key_, computed);
       mask_ = std::move(computed);
       ++computed_;
     }
   }
-  return *mask_;
+  return std::span<const std::uint64_t>(*mask_);
 }
 
-bool ConstrainedOutput::bounds_refuse() const {
+bool ConstrainedOutput::bounds_refuse() {
   const std::uint64_t before = bound_refusals();
-  vocabulary_->mask(*grammar_, state_);
-  return bound_refusals() != before;
+  std::uint64_t work = 0;
+  const bool walked = vocabulary_->mask(*grammar_, state_, work_left_, &work).has_value();
+  work_left_ -= std::min(work, work_left_);
+  return !walked || bound_refusals() != before;
 }
 
 bool ConstrainedOutput::accept_token(std::int32_t id) {

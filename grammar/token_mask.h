@@ -14,11 +14,13 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
 #include "grammar/grammar.h"
 #include "grammar/matcher.h"
 
@@ -38,6 +40,10 @@ class VocabularyIndex {
   std::uint64_t serial() const { return serial_; }
   // The mask of tokens `state` allows.
   TokenMask mask(const Grammar& grammar, const ParseState& state) const;
+  // The same, or nullopt once the walk has done more than `max_work` of the
+  // matcher's work (matcher_work()); `*work` is set to the work it did.
+  std::optional<TokenMask> mask(const Grammar& grammar, const ParseState& state,
+                                std::uint64_t max_work, std::uint64_t* work) const;
 
  private:
   std::vector<std::string> bytes_;
@@ -67,14 +73,25 @@ class MaskCache {
 // One constrained output: the matcher state of the text generated so far
 // and the mask of the tokens that may come next. Not thread-safe (one
 // sequence's driver); the grammar and vocabulary are shared.
+//
+// The masks one output computes may take at most kMaxWork of the matcher's
+// work in all: an ambiguous grammar (a pattern like "(.*a){200}") can make
+// every token's mask a new state that costs seconds to walk, and the walk
+// runs on the thread that steps every sequence of the model. About 100x
+// the widest mask of a JSON schema over a 32,000-token vocabulary (a state
+// inside a string: 2.7M), under a second of one core.
 class ConstrainedOutput {
  public:
+  static constexpr std::uint64_t kMaxWork = std::uint64_t{256} << 20;
+
   ConstrainedOutput(std::shared_ptr<const Grammar> grammar,
-                    std::shared_ptr<const VocabularyIndex> vocabulary);
+                    std::shared_ptr<const VocabularyIndex> vocabulary,
+                    std::uint64_t max_work = kMaxWork);
 
   // Bit per token id: whether the grammar allows that token next. Valid
-  // until accept_token().
-  std::span<const std::uint64_t> allowed();
+  // until accept_token(). FailedPrecondition once the masks computed would
+  // take more than kMaxWork.
+  absl::StatusOr<std::span<const std::uint64_t>> allowed();
   // Advances past token `id`; false (state unchanged) when the grammar
   // refuses it.
   bool accept_token(std::int32_t id);
@@ -82,8 +99,9 @@ class ConstrainedOutput {
   bool must_end() const { return state_.must_end(); }
   // Whether the matcher's bounds (grammar::bound_refusals()) refused
   // some token now, rather than the grammar: the output so far can be parsed
-  // in too many ways. Computes the mask again: for error messages.
-  bool bounds_refuse() const;
+  // in too many ways. Computes the mask again (within what is left of
+  // kMaxWork; true when that runs out): for error messages.
+  bool bounds_refuse();
 
   std::size_t masks_computed() const { return computed_; }
   std::size_t masks_cached() const { return cached_; }
@@ -95,6 +113,8 @@ class ConstrainedOutput {
   std::string key_;
   std::shared_ptr<const TokenMask> mask_;  // of state_, or null until allowed()
   std::size_t computed_ = 0, cached_ = 0;
+  const std::uint64_t max_work_;
+  std::uint64_t work_left_;
 };
 
 }  // namespace hearth::grammar

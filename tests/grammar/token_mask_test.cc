@@ -51,7 +51,7 @@ void check_walks(std::string_view gbnf, std::uint32_t seed) {
     ConstrainedOutput out(grammar, vocab);
     Matcher reference(grammar);
     for (int step = 0; step < 30 && !out.must_end(); ++step) {
-      const std::span<const std::uint64_t> mask = out.allowed();
+      const std::span<const std::uint64_t> mask = out.allowed().value();
       std::vector<std::int32_t> allowed;
       for (std::size_t id = 0; id < vocab_bytes.size(); ++id) {
         const bool expect = !vocab_bytes[id].empty() && reference.can_accept(vocab_bytes[id]);
@@ -90,16 +90,16 @@ TEST(TokenMask, RefusesWhatTheGrammarRefuses) {
   auto vocab = std::make_shared<const VocabularyIndex>(
       std::vector<std::string>{"a", "ab", "abc", "b", "", "x"});
   ConstrainedOutput out(grammar, vocab);
-  std::span<const std::uint64_t> mask = out.allowed();
+  std::span<const std::uint64_t> mask = out.allowed().value();
   EXPECT_EQ(mask[0], 0b000011u);  // "a" and "ab"
   EXPECT_FALSE(out.accept_token(2));
   EXPECT_FALSE(out.accept_token(4));   // empty token
   EXPECT_FALSE(out.accept_token(99));  // out of range
   ASSERT_TRUE(out.accept_token(0));
-  EXPECT_EQ(out.allowed()[0], 0b001000u);
+  EXPECT_EQ(out.allowed().value()[0], 0b001000u);
   ASSERT_TRUE(out.accept_token(3));
   EXPECT_TRUE(out.must_end());
-  EXPECT_EQ(out.allowed()[0], 0u);
+  EXPECT_EQ(out.allowed().value()[0], 0u);
 }
 
 // An empty mask says whether the matcher's bounds or the grammar refused:
@@ -108,16 +108,56 @@ TEST(TokenMask, RefusesWhatTheGrammarRefuses) {
 TEST(TokenMask, TellsTheBoundsRefusalsFromTheGrammars) {
   auto vocab = std::make_shared<const VocabularyIndex>(std::vector<std::string>{"x", "y", "z"});
   ConstrainedOutput ambiguous(parse_ok("root ::= \"x\" \"y\" (\"a\"?){10000} \"b\""), vocab);
-  EXPECT_EQ(ambiguous.allowed()[0], 0b001u);
+  EXPECT_EQ(ambiguous.allowed().value()[0], 0b001u);
   EXPECT_FALSE(ambiguous.bounds_refuse());
   ASSERT_TRUE(ambiguous.accept_token(0));
-  EXPECT_EQ(ambiguous.allowed()[0], 0u);
+  EXPECT_EQ(ambiguous.allowed().value()[0], 0u);
   EXPECT_TRUE(ambiguous.bounds_refuse());
 
   ConstrainedOutput plain(parse_ok("root ::= \"x\" \"q\""), vocab);
   ASSERT_TRUE(plain.accept_token(0));
-  EXPECT_EQ(plain.allowed()[0], 0u);
+  EXPECT_EQ(plain.allowed().value()[0], 0u);
   EXPECT_FALSE(plain.bounds_refuse());
+}
+
+// The masks one output walks share one work budget: with "a"s that each
+// leave a new state (one more optional "a" used), an output allowed one
+// step less than five masks take gets four and then an error, while a
+// second output of the same grammar reads those four from the cache for
+// free.
+TEST(TokenMask, AnOutputsMaskWalksStopAtItsWorkBudget) {
+  auto grammar = parse_ok("root ::= (\"a\"?){10} \"b\"");
+  auto vocab = std::make_shared<const VocabularyIndex>(std::vector<std::string>{"a", "b", "ab"});
+  std::uint64_t five = 0;
+  {
+    auto fresh = parse_ok("root ::= (\"a\"?){10} \"b\"");  // its own mask cache
+    ConstrainedOutput unbounded(fresh, vocab);
+    for (int i = 0; i < 5; ++i) {
+      const std::uint64_t before = matcher_work();
+      ASSERT_EQ(unbounded.allowed().value()[0], 0b111u);
+      five += matcher_work() - before;
+      ASSERT_TRUE(unbounded.accept_token(0));
+    }
+  }
+  ConstrainedOutput bounded(grammar, vocab, five - 1);
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_EQ(bounded.allowed().value()[0], 0b111u);
+    ASSERT_TRUE(bounded.accept_token(0));
+  }
+  const absl::StatusOr<std::span<const std::uint64_t>> fifth = bounded.allowed();
+  EXPECT_EQ(fifth.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(fifth.status().message().find("response_format: following the grammar took more than"),
+            std::string_view::npos)
+      << fifth.status();
+  EXPECT_FALSE(bounded.allowed().ok());  // the budget stays spent
+  EXPECT_TRUE(bounded.bounds_refuse());  // and the error path's walk stops too
+
+  ConstrainedOutput cached(grammar, vocab, 0);
+  for (int i = 0; i < 4; ++i) {
+    ASSERT_EQ(cached.allowed().value()[0], 0b111u);
+    ASSERT_TRUE(cached.accept_token(0));
+  }
+  EXPECT_FALSE(cached.allowed().ok());
 }
 
 TEST(TokenMask, CacheIsSharedByOutputsOfOneGrammar) {
@@ -126,25 +166,25 @@ TEST(TokenMask, CacheIsSharedByOutputsOfOneGrammar) {
       std::make_shared<const VocabularyIndex>(std::vector<std::string>{"a", "bc", ".", "d."});
   ConstrainedOutput first(grammar, vocab);
   for (std::int32_t t : {0, 1}) {
-    first.allowed();
+    first.allowed().value();
     ASSERT_TRUE(first.accept_token(t));
   }
-  first.allowed();
+  first.allowed().value();
   EXPECT_EQ(first.masks_computed(), 3u);
   EXPECT_EQ(first.masks_cached(), 0u);
   ConstrainedOutput second(grammar, vocab);
   for (std::int32_t t : {0, 1}) {
-    second.allowed();
+    second.allowed().value();
     ASSERT_TRUE(second.accept_token(t));
   }
-  const std::span<const std::uint64_t> last = second.allowed();
+  const std::span<const std::uint64_t> last = second.allowed().value();
   EXPECT_EQ(second.masks_computed(), 0u);
   EXPECT_EQ(second.masks_cached(), 3u);
   EXPECT_EQ(last[0], 0b0100u);  // after "abc" only "."
   // Another vocabulary has masks of its own.
   auto other = std::make_shared<const VocabularyIndex>(std::vector<std::string>{"a", "."});
   ConstrainedOutput third(grammar, other);
-  EXPECT_EQ(third.allowed()[0], 0b11u);
+  EXPECT_EQ(third.allowed().value()[0], 0b11u);
   EXPECT_EQ(third.masks_computed(), 1u);
 }
 

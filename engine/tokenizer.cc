@@ -3,6 +3,7 @@
 #include "engine/tokenizer.h"
 
 #include <algorithm>
+#include <cctype>
 #include <limits>
 #include <utility>
 
@@ -17,6 +18,7 @@ constexpr std::string_view kPreKey = "tokenizer.ggml.pre";
 constexpr std::string_view kTokensKey = "tokenizer.ggml.tokens";
 constexpr std::string_view kScoresKey = "tokenizer.ggml.scores";
 constexpr std::string_view kTypesKey = "tokenizer.ggml.token_type";
+constexpr std::string_view kNameKey = "general.name";
 
 // Texts of control tokens that end a turn in common chat formats; models
 // rarely name them in the metadata, so they are recognized by text (as
@@ -30,6 +32,9 @@ constexpr std::string_view kEndOfTurnTexts[] = {
     "<EOT>",
     "<｜end▁of▁sentence｜>",
 };
+
+// C's isspace() in the "C" locale, which llama.cpp's rstrip uses.
+bool is_ascii_space(unsigned char c) { return c == ' ' || (c >= '\t' && c <= '\r'); }
 
 // A special token id from the metadata: `fallback` when the key is absent,
 // -1 for the "none" encodings (-1 or 0xFFFFFFFF), an error when the id is
@@ -97,6 +102,14 @@ absl::Status Tokenizer::load_common(const GgufFile& file) {
                 "(byte-level BPE) vocabularies"));
   }
   model_ = std::string(model);
+  if (file.find(kNameKey) != nullptr) {
+    HEARTH_ASSIGN_OR_RETURN(auto name, file.get_string(kNameKey));
+    std::string lower(name);
+    std::transform(lower.begin(), lower.end(), lower.begin(),
+                   [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    phi3_rstrip_ =
+        lower.find("phi-3") != std::string::npos || lower.find("phi3") != std::string::npos;
+  }
   if (file.find(kPreKey) != nullptr) {
     HEARTH_ASSIGN_OR_RETURN(auto pre, file.get_string(kPreKey));
     pre_ = std::string(pre);
@@ -222,7 +235,8 @@ void Tokenizer::index_special_tokens() {
     const std::string_view p = piece(static_cast<std::int32_t>(i));
     if (p.empty()) continue;
     if (t == TokenType::kUserDefined || t == TokenType::kControl || t == TokenType::kUnknown) {
-      special_.push_back({p, static_cast<std::int32_t>(i), t == TokenType::kUserDefined});
+      const bool rstrip = phi3_rstrip_ && p != "<unk>" && p != "<s>" && p != "<|endoftext|>";
+      special_.push_back({p, static_cast<std::int32_t>(i), t == TokenType::kUserDefined, rstrip});
       has_always_special_ = has_always_special_ || t == TokenType::kUserDefined;
     }
   }
@@ -300,6 +314,8 @@ absl::StatusOr<std::vector<std::int32_t>> Tokenizer::encode(std::string_view tex
       out.push_back(hit->id);
       after_special = true;
       i += hit->text.size();
+      if (hit->rstrip)
+        while (i < text.size() && is_ascii_space(static_cast<unsigned char>(text[i]))) ++i;
       fragment_begin = i;
     }
   }

@@ -18,6 +18,10 @@
 // set; otherwise "<s>" is ordinary text. The text is scanned left to right and
 // where several special tokens match at one position the longest wins. For "llama" models the text
 // after a special token gets the leading space again, as at the start.
+// Models whose `general.name` says Phi-3 ("phi-3" or "phi3", any case) drop
+// the ASCII whitespace after each special token but <unk>, <s> and
+// <|endoftext|>, as llama.cpp does for them (Hugging Face's `rstrip` on
+// Phi-3's added tokens): "<|user|>\nHi" is <|user|> "▁Hi".
 //
 // Control, unknown, byte and unused tokens never come out of merging, so text
 // can only produce them through parse_special or byte fallback.
@@ -179,6 +183,7 @@ class Tokenizer {
     std::string_view text;  // into pieces_
     std::int32_t id;
     bool always;  // user-defined: matched even without parse_special
+    bool rstrip;  // the whitespace after it is dropped
   };
 
   // tokenizer.cc
@@ -202,6 +207,7 @@ class Tokenizer {
   Kind kind_ = Kind::kSpm;
   std::string model_;
   std::string pre_;
+  bool phi3_rstrip_ = false;  // general.name says Phi-3: SpecialToken::rstrip
 
   // Piece i is pieces_[piece_begin_[i], piece_begin_[i + 1]); what it
   // contributes to decoded text is likewise in texts_ / text_begin_.

@@ -96,8 +96,9 @@ USER 10001:10001
 
 # 50051: gRPC (hearth.v1.Inference, grpc.health.v1.Health, reflection)
 # 9464:  Prometheus /metrics
-# 8080:  the OpenAI-compatible HTTP API (/v1/models, /v1/completions,
-#        /v1/chat/completions, /health), turned on by the ENTRYPOINT below
+# 8080:  the OpenAI-compatible HTTP API (/v1/models, /v1/models/{model},
+#        /v1/completions, /v1/chat/completions, /health), turned on by the
+#        ENTRYPOINT below
 EXPOSE 50051 9464 8080
 
 # Healthy only when the server reports SERVING for the overall service "": every

@@ -52,7 +52,8 @@ Network:
   --listen ADDR             gRPC address (default 0.0.0.0:50051; port 0 picks one)
   --metrics-listen ADDR     Prometheus /metrics address (default 0.0.0.0:9464; "off" disables)
   --http-listen ADDR        also serve the OpenAI-compatible HTTP API (/v1/completions,
-                            /v1/chat/completions, /v1/models, /health) here (default: off)
+                            /v1/chat/completions, /v1/models, /v1/models/{model}, /health)
+                            here (default: off)
   --http-idle-timeout-s S   disconnect an HTTP client that sends or reads nothing for S seconds
                             mid-request, or idles that long between requests (default 5)
   --max-message-bytes N     largest request or response, gRPC message or HTTP body

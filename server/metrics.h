@@ -14,9 +14,9 @@
 // model's name ("(unknown)" for calls naming no served model), method = the
 // hearth.v1 method (an HTTP call counts as the method it maps to: streamed
 // chat completions as Chat, unary ones as ChatComplete, completions as
-// Generate / Complete, GET /v1/models as ListModels), code = the final gRPC
-// status code name ("OK", "UNAVAILABLE", ...), transport = the front end
-// the call came through ("grpc", "http").
+// Generate / Complete, GET /v1/models as ListModels, GET /v1/models/{model}
+// as GetModel), code = the final gRPC status code name ("OK", "UNAVAILABLE",
+// ...), transport = the front end the call came through ("grpc", "http").
 //
 //   Requests
 //   hearth_requests_total{model,method,code,transport}     counter

@@ -108,6 +108,20 @@ bool Flags::get_float(const std::string& name, double min, double max, double* o
   return true;
 }
 
+bool Flags::get_positive_float(const std::string& name, double max, double* out) {
+  double x = 0;
+  if (!get_float(name, -HUGE_VAL, HUGE_VAL, &x)) return false;
+  if (has(name) && (x <= 0 || x > max)) {
+    char buf[160];
+    std::snprintf(buf, sizeof buf, ": --%s: %s is out of range (0, %g]", name.c_str(),
+                  get(name).c_str(), max);
+    error_ = tool_ + buf;
+    return false;
+  }
+  if (has(name)) *out = x;
+  return true;
+}
+
 std::string json_string(const std::string& s) {
   std::string out = "\"";
   for (std::size_t i = 0; i < s.size();) {

@@ -37,6 +37,8 @@ class Flags {
   // Typed accessors: on a malformed value they record an error and return false.
   bool get_int(const std::string& name, std::int64_t min, std::int64_t max, std::int64_t* out);
   bool get_float(const std::string& name, double min, double max, double* out);
+  // The same over (0, max]: for values where 0 would mean "unset".
+  bool get_positive_float(const std::string& name, double max, double* out);
 
  private:
   std::string tool_;

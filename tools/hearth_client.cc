@@ -272,9 +272,9 @@ bool generation_options_from_flags(Flags& flags, Request& request) {
                   flags.get_int("penalty-last-n", 0, 4096, &last_n) &&
                   flags.get_int("seed", 0, INT64_MAX, &seed) &&
                   flags.get_float("temperature", 0, 100, &temperature) &&
-                  flags.get_float("top-p", 0, 1, &top_p) &&
+                  flags.get_positive_float("top-p", 1, &top_p) &&
                   flags.get_float("min-p", 0, 1, &min_p) &&
-                  flags.get_float("repeat-penalty", 0, 10, &rep) &&
+                  flags.get_positive_float("repeat-penalty", 10, &rep) &&
                   flags.get_float("presence-penalty", -2, 2, &presence) &&
                   flags.get_float("frequency-penalty", -2, 2, &frequency);
   if (!ok) return false;

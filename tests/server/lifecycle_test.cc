@@ -173,6 +173,15 @@ TEST(ServerLifecycleTest, ClientRefusesBadFlagsBeforeSending) {
     EXPECT_EQ(r.exit_code, 2) << r.err;
     EXPECT_NE(r.err.find("1000000"), std::string::npos) << r.err;
   }
+  // 0 is what the server reads as "unset" (off) for top_p and the
+  // repetition penalty: asked for explicitly, it is refused, not sent.
+  for (const char* flag : {"--top-p", "--repeat-penalty"}) {
+    const ProcessResult zero = run_process(
+        HEARTH_CLI_BIN, {"--server", "127.0.0.1:1", "generate", "--prompt", "x", flag, "0"});
+    EXPECT_EQ(zero.exit_code, 2) << zero.err;
+    EXPECT_NE(zero.err.find(std::string(flag) + ": 0 is out of range (0, "), std::string::npos)
+        << zero.err;
+  }
   // A connection flag's error names the tool once.
   const ProcessResult r = run_process(HEARTH_CLI_BIN, {"--timeout-s", "-1", "models"});
   EXPECT_EQ(r.exit_code, 2) << r.err;

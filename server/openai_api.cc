@@ -83,6 +83,27 @@ absl::Status read_float(const Json& body, const char* name, float& out) {
   return absl::OkStatus();
 }
 
+// llama.cpp's server names the repetition penalty and its window
+// repeat_penalty and repeat_last_n, and its clients send those.
+absl::Status read_llama_cpp_penalty(const Json& body, engine::SamplingParams& s) {
+  if (field(body, "repeat_penalty") != nullptr) {
+    if (field(body, "repetition_penalty") != nullptr)
+      return invalid("repeat_penalty: give repetition_penalty or repeat_penalty, not both");
+    float v = 0;
+    HEARTH_RETURN_IF_ERROR(read_float(body, "repeat_penalty", v));
+    if (!(v > 0.0f && v <= 10.0f))
+      return invalid(str_cat("repeat_penalty: ", v, " is out of range: allowed (0, 10]"));
+    s.repetition_penalty = v;
+  }
+  HEARTH_ASSIGN_OR_RETURN(std::optional<std::int64_t> last_n, integer(body, "repeat_last_n"));
+  if (last_n) {
+    if (*last_n < 0 || *last_n > 4096)
+      return invalid(str_cat("repeat_last_n: ", *last_n, " is out of range: allowed [0, 4096]"));
+    s.penalty_last_n = static_cast<std::int32_t>(*last_n);
+  }
+  return absl::OkStatus();
+}
+
 absl::Status read_stop(const Json& body, std::vector<std::string>& out) {
   const Json* v = field(body, "stop");
   if (v == nullptr) return absl::OkStatus();
@@ -172,6 +193,7 @@ absl::Status read_common(const Json& body, std::size_t max_tokens_limit,
   HEARTH_RETURN_IF_ERROR(read_float(body, "presence_penalty", s.presence_penalty));
   HEARTH_RETURN_IF_ERROR(read_float(body, "frequency_penalty", s.frequency_penalty));
   HEARTH_RETURN_IF_ERROR(read_float(body, "repetition_penalty", s.repetition_penalty));
+  HEARTH_RETURN_IF_ERROR(read_llama_cpp_penalty(body, s));
   HEARTH_ASSIGN_OR_RETURN(std::optional<std::int64_t> top_k, integer(body, "top_k"));
   if (top_k) {
     if (*top_k < 0 || *top_k > std::numeric_limits<std::int32_t>::max())

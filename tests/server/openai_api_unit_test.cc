@@ -59,6 +59,24 @@ TEST(OpenAiRequest, CompletionMapsEveryField) {
   EXPECT_TRUE(g.ignore_eos);
 }
 
+// llama.cpp's names for the repetition penalty and its window are read too.
+TEST(OpenAiRequest, LlamaCppsRepeatPenaltyAndWindowAreRead) {
+  absl::StatusOr<Request> r =
+      completion(R"({"model": "m", "prompt": "x", "repeat_penalty": 1.3, "repeat_last_n": 128})");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_FLOAT_EQ(r->generate.request.sampling.repetition_penalty, 1.3f);
+  EXPECT_EQ(r->generate.request.sampling.penalty_last_n, 128);
+  const std::string m = R"("model": "m", "prompt": "x")";
+  EXPECT_EQ(refusal(completion("{" + m + R"(, "repeat_penalty": 1.3, "repetition_penalty": 1.1})")),
+            "repeat_penalty: give repetition_penalty or repeat_penalty, not both");
+  EXPECT_EQ(refusal(completion("{" + m + R"(, "repeat_penalty": 0})")),
+            "repeat_penalty: 0 is out of range: allowed (0, 10]");
+  EXPECT_EQ(refusal(completion("{" + m + R"(, "repeat_last_n": -1})")),
+            "repeat_last_n: -1 is out of range: allowed [0, 4096]");
+  EXPECT_EQ(refusal(completion("{" + m + R"(, "repeat_last_n": 1.5})")),
+            "repeat_last_n: must be an integer");
+}
+
 TEST(OpenAiRequest, DefaultsAreOpenAis) {
   absl::StatusOr<Request> c = completion(R"({"model": "m", "prompt": ["one prompt"]})");
   ASSERT_TRUE(c.ok()) << c.status();

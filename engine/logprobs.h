@@ -29,6 +29,10 @@ struct TokenLogprobs {
   TokenLogprob chosen;
   std::array<TokenLogprob, kMaxTopLogprobs> top{};
   std::size_t n_top = 0;
+  // The bytes of text the chosen token added to the output before stop
+  // strings held any back (Sequence sets it): where each token's text lies
+  // in the output, for front ends that report offsets.
+  std::size_t text_bytes = 0;
   // Most likely first; equal logits in increasing id order.
   std::span<const TokenLogprob> alternatives() const { return {top.data(), n_top}; }
 };

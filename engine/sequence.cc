@@ -134,6 +134,7 @@ absl::Status Sequence::advance(std::size_t n, const float* logits, MemoryAllocat
   last_ = token;
   decoded_.clear();
   decoder_.push(token, decoded_);
+  logprobs_.text_bytes = decoded_.size();
   piece_.clear();
   stops_.push(decoded_, piece_);
   emit_piece(token, emit);

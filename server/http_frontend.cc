@@ -507,13 +507,13 @@ void HttpFrontEnd::stream(StreamCall& call, httplib::DataSink& sink) {
 
   PieceWriterPool::Borrowed writer = writers_.take();
   const openai::ResponseHead& head = call.head;
-  std::size_t text_sent = 0;  // the writer thread's
-  writer->begin(
-      [&head, &send, &text_sent](std::string_view text, std::int32_t, const PieceLogprobs* lp) {
-        const std::string event = openai::piece_event(head, text, lp, text_sent);
-        text_sent += text.size();
-        return event.empty() || send(event);
-      });
+  openai::LogprobQueue logprobs(head.endpoint);  // the writer thread's, then ours
+  writer->begin([&head, &send, &logprobs](std::string_view text, std::int32_t token,
+                                          const PieceLogprobs* lp) {
+    logprobs.add(text, token >= 0 ? lp : nullptr);
+    const std::string event = openai::piece_event(head, text, logprobs.take_released());
+    return event.empty() || send(event);
+  });
   PieceWriterSink pieces(*writer);
   absl::StatusOr<GenerateOutcome> outcome =
       path_.execute(std::move(call.admission), pieces, call.context, call.record);
@@ -521,6 +521,9 @@ void HttpFrontEnd::stream(StreamCall& call, httplib::DataSink& sink) {
 
   absl::Status status = outcome.status();
   if (outcome.ok()) {
+    // Tokens that ended the output without text of their own (no stop string).
+    const std::string rest = openai::piece_event(head, "", logprobs.take_rest(outcome->finish));
+    if (!rest.empty()) send(rest);
     send(openai::finish_event(head, *outcome));
     if (call.include_usage) send(openai::usage_event(head, *outcome));
   } else {

@@ -418,6 +418,20 @@ Json completion_logprobs(const PieceLogprobs& lp, std::size_t text_offset) {
           {"text_offset", {text_offset}}};
 }
 
+// A choice's "logprobs" from LogprobQueue entries: chat's {"content": [...]},
+// a completion's parallel arrays.
+Json logprobs_object(Endpoint endpoint, const Json& entries) {
+  if (endpoint == Endpoint::kChatCompletions) return {{"content", entries}};
+  Json out = {{"tokens", Json::array()},
+              {"token_logprobs", Json::array()},
+              {"top_logprobs", Json::array()},
+              {"text_offset", Json::array()}};
+  for (const Json& e : entries)
+    for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
+      out[key].push_back(e[key][0]);
+  return out;
+}
+
 Json head_json(const ResponseHead& head, bool chunk) {
   const bool chat = head.endpoint == Endpoint::kChatCompletions;
   Json out = {
@@ -487,14 +501,35 @@ absl::StatusOr<Request> parse_request(Endpoint endpoint, std::string_view body,
   return out;
 }
 
+void LogprobQueue::add(std::string_view text, const PieceLogprobs* logprobs) {
+  if (logprobs != nullptr) {
+    held_.emplace_back(decoded_, endpoint_ == Endpoint::kChatCompletions
+                                     ? chat_logprob(logprobs->values.chosen, logprobs->tokenizer,
+                                                    &logprobs->values)
+                                     : completion_logprobs(*logprobs, decoded_));
+    decoded_ += logprobs->values.text_bytes;
+  }
+  output_ += text.size();
+  std::size_t n = 0;
+  while (n < held_.size() && held_[n].first < output_) ++n;
+  for (std::size_t i = 0; i < n; ++i) released_.push_back(std::move(held_[i].second));
+  held_.erase(held_.begin(), held_.begin() + static_cast<std::ptrdiff_t>(n));
+}
+
+Json LogprobQueue::take_released() { return std::exchange(released_, Json::array()); }
+
+Json LogprobQueue::take_rest(engine::FinishReason finish) {
+  Json out = take_released();
+  if (finish != engine::FinishReason::kStopString)
+    for (auto& [offset, entry] : held_) out.push_back(std::move(entry));
+  held_.clear();
+  return out;
+}
+
 void ResponseBuilder::add_piece(std::string_view text, std::int32_t token,
                                 const PieceLogprobs* logprobs) {
-  if (logprobs != nullptr && token >= 0) {
-    Json entry = head_.endpoint == Endpoint::kChatCompletions
-                     ? chat_logprob(logprobs->values.chosen, logprobs->tokenizer, &logprobs->values)
-                     : completion_logprobs(*logprobs, text_.size());
-    logprobs_.push_back(std::move(entry));
-  }
+  logprobs_ = logprobs_ || logprobs != nullptr;
+  queue_.add(text, token >= 0 ? logprobs : nullptr);
   text_.append(text);
 }
 
@@ -502,19 +537,9 @@ std::string ResponseBuilder::finish(const GenerateOutcome& outcome) const {
   Json out = head_json(head_, false);
   Json choice = {{"index", 0}};
   Json logprobs = nullptr;
-  if (!logprobs_.empty()) {
-    const Json& entries = logprobs_;
-    if (head_.endpoint == Endpoint::kChatCompletions) {
-      logprobs = {{"content", entries}};
-    } else {
-      logprobs = {{"tokens", Json::array()},
-                  {"token_logprobs", Json::array()},
-                  {"top_logprobs", Json::array()},
-                  {"text_offset", Json::array()}};
-      for (const Json& e : entries)
-        for (const char* key : {"tokens", "token_logprobs", "top_logprobs", "text_offset"})
-          logprobs[key].push_back(e[key][0]);
-    }
+  if (logprobs_) {
+    LogprobQueue rest = queue_;
+    logprobs = logprobs_object(head_.endpoint, rest.take_rest(outcome.finish));
   }
   if (head_.endpoint == Endpoint::kChatCompletions) {
     choice["message"] = {{"role", "assistant"}, {"content", text_}};
@@ -537,22 +562,15 @@ std::string role_event(const ResponseHead& head) {
   return event(out);
 }
 
-std::string piece_event(const ResponseHead& head, std::string_view text,
-                        const PieceLogprobs* logprobs, std::size_t text_offset) {
-  if (logprobs == nullptr && text.empty()) return "";
+std::string piece_event(const ResponseHead& head, std::string_view text, const Json& logprobs) {
+  if (logprobs.empty() && text.empty()) return "";
   Json out = head_json(head, true);
   Json choice = {{"index", 0}};
-  Json lp = nullptr;
-  if (head.endpoint == Endpoint::kChatCompletions) {
+  if (head.endpoint == Endpoint::kChatCompletions)
     choice["delta"] = {{"content", text}};
-    if (logprobs != nullptr)
-      lp = {{"content", Json::array({chat_logprob(logprobs->values.chosen, logprobs->tokenizer,
-                                                  &logprobs->values)})}};
-  } else {
+  else
     choice["text"] = text;
-    if (logprobs != nullptr) lp = completion_logprobs(*logprobs, text_offset);
-  }
-  choice["logprobs"] = std::move(lp);
+  choice["logprobs"] = logprobs.empty() ? Json(nullptr) : logprobs_object(head.endpoint, logprobs);
   choice["finish_reason"] = nullptr;
   out["choices"] = Json::array({std::move(choice)});
   return event(out);

@@ -12,7 +12,8 @@
 // response_format (text, json_object, json_schema), stream,
 // stream_options.include_usage, n (1 only), tools (chat: handed to the
 // template), user; hearth's extras as llama.cpp's server takes them: top_k,
-// min_p, repetition_penalty, ignore_eos, cache_prompt; chat also takes
+// min_p, repetition_penalty (or repeat_penalty), repeat_last_n, ignore_eos,
+// cache_prompt; chat also takes
 // add_generation_prompt and chat_template_kwargs. Other fields are ignored,
 // except those hearth cannot honour (echo, suffix, best_of > 1, logit_bias),
 // which are refused. Defaults are OpenAI's: temperature 1, top_p 1, and at
@@ -27,6 +28,8 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "nlohmann/json.hpp"
@@ -69,10 +72,36 @@ struct ResponseHead {
   bool usage_in_chunks = false;
 };
 
+// The log-probabilities of a call's tokens, each released once the output
+// holds the start of its text: a token whose text a stop string holds back
+// waits for it, and the tokens of the stop string itself (text never
+// released) are dropped at the end, as llama.cpp's server drops them. An
+// entry is chat's {token, logprob, bytes, top_logprobs} or a completion's
+// parallel arrays of one, whose text_offset is where the token's text
+// starts in the output. One per call; not thread-safe.
+class LogprobQueue {
+ public:
+  explicit LogprobQueue(Endpoint endpoint) : endpoint_(endpoint) {}
+  // One piece: `text` joins the output; `logprobs` are its token's, or null.
+  void add(std::string_view text, const PieceLogprobs* logprobs);
+  // The entries released and not yet taken (a JSON array).
+  nlohmann::ordered_json take_released();
+  // At the end of the output: the entries still held, unless it ended on a
+  // stop string (then none).
+  nlohmann::ordered_json take_rest(engine::FinishReason finish);
+
+ private:
+  Endpoint endpoint_;
+  std::size_t decoded_ = 0;  // bytes of the tokens' own text so far
+  std::size_t output_ = 0;   // bytes of output so far
+  std::vector<std::pair<std::size_t, nlohmann::ordered_json>> held_;  // (text offset, entry)
+  nlohmann::ordered_json released_ = nlohmann::ordered_json::array();
+};
+
 // A whole (unary) response, built from the pieces as they come.
 class ResponseBuilder {
  public:
-  explicit ResponseBuilder(ResponseHead head) : head_(std::move(head)) {}
+  explicit ResponseBuilder(ResponseHead head) : head_(std::move(head)), queue_(head_.endpoint) {}
   void add_piece(std::string_view text, std::int32_t token, const PieceLogprobs* logprobs);
   // The response object's JSON text.
   std::string finish(const GenerateOutcome& outcome) const;
@@ -80,17 +109,17 @@ class ResponseBuilder {
  private:
   ResponseHead head_;
   std::string text_;
-  nlohmann::ordered_json logprobs_ = nlohmann::ordered_json::array();  // one entry a token
+  LogprobQueue queue_;
+  bool logprobs_ = false;  // the request asked for them
 };
 
 // Server-sent events of a streamed response. Each returns one whole event,
 // "data: {...}\n\n".
 std::string role_event(const ResponseHead& head);  // chat's first chunk: the assistant role
-// One piece; empty when there is nothing to send (no text, no logprobs).
-// `text_offset`: the bytes of text the stream sent before it (a completion's
-// logprobs give it, as the unary response's do).
+// One piece with the log-probability entries LogprobQueue released with it
+// (a JSON array, maybe empty); empty when there is nothing to send.
 std::string piece_event(const ResponseHead& head, std::string_view text,
-                        const PieceLogprobs* logprobs, std::size_t text_offset);
+                        const nlohmann::ordered_json& logprobs);
 std::string finish_event(const ResponseHead& head, const GenerateOutcome& outcome);
 std::string usage_event(const ResponseHead& head, const GenerateOutcome& outcome);
 // An error after the stream began (the status line already went out).

@@ -87,7 +87,7 @@ void fuzz(openai::Endpoint endpoint, std::string_view body) {
 // The body's bytes as generated text: events and responses stay JSON.
 void fuzz_writers(std::string_view text) {
   const openai::ResponseHead head{openai::Endpoint::kChatCompletions, "chatcmpl-0", 0, "m"};
-  const std::string event = openai::piece_event(head, text, nullptr, 0);
+  const std::string event = openai::piece_event(head, text, nlohmann::ordered_json::array());
   if (!text.empty()) {
     if (event.rfind("data: ", 0) != 0 || event.size() < 8 ||
         event.compare(event.size() - 2, 2, "\n\n") != 0)

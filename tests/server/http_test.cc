@@ -536,6 +536,69 @@ TEST_F(ServerHttpStoriesTest, GreedyCompletionGivesGrpcsTokens) {
   EXPECT_EQ(j["usage"]["completion_tokens"], grpc_answer.done().usage().generated_tokens());
 }
 
+// What a completion returned, unary or streamed: its text, finish reason
+// and logprobs' tokens and text offsets.
+struct CompletionWithLogprobs {
+  std::string text, finish;
+  std::vector<std::string> tokens;
+  std::vector<std::size_t> offsets;
+};
+
+CompletionWithLogprobs read_completion(const HttpAnswer& a, bool stream) {
+  CompletionWithLogprobs out;
+  std::vector<Json> choices;
+  if (stream) {
+    for (const std::string& e : sse_events(a.body))
+      if (e != "[DONE]") choices.push_back(Json::parse(e)["choices"][0]);
+  } else {
+    choices.push_back(a.json()["choices"][0]);
+  }
+  for (const Json& c : choices) {
+    out.text += c["text"].get<std::string>();
+    if (!c["finish_reason"].is_null()) out.finish = c["finish_reason"];
+    if (c["logprobs"].is_null()) continue;
+    for (const Json& t : c["logprobs"]["tokens"]) out.tokens.push_back(t);
+    for (const Json& o : c["logprobs"]["text_offset"]) out.offsets.push_back(o);
+  }
+  return out;
+}
+
+// Logprobs describe the text returned: each token's text_offset is where
+// its text starts in it (also after a stop string held text back and let
+// it go), and the tokens of a stop string, cut from the text, are not
+// listed: the tokens cover exactly the text, the last one starting in it.
+TEST_F(ServerHttpStoriesTest, LogprobsFollowTheTextAStopStringLeaves) {
+  for (const bool stream : {false, true}) {
+    for (const char* stop : {"Lily.", "Lily!"}) {
+      SCOPED_TRACE(std::string(stop) + (stream ? " streamed" : " unary"));
+      const HttpAnswer a = post(*client_, "/v1/completions",
+                                {{"model", "stories"},
+                                 {"prompt", "Once upon a time"},
+                                 {"max_tokens", 20},
+                                 {"temperature", 0},
+                                 {"logprobs", 0},
+                                 {"stop", Json::array({stop})},
+                                 {"stream", stream}});
+      ASSERT_EQ(a.status, 200) << a.body;
+      const CompletionWithLogprobs c = read_completion(a, stream);
+      // Greedy stories260K: ", there was a little girl named Lily. She ..."
+      EXPECT_EQ(c.finish, std::string(stop) == "Lily." ? "stop" : "length");
+      ASSERT_EQ(c.tokens.size(), c.offsets.size());
+      ASSERT_FALSE(c.tokens.empty());
+      std::string joined;
+      for (std::size_t i = 0; i < c.tokens.size(); ++i) {
+        EXPECT_EQ(c.offsets[i], joined.size()) << "token " << i << " '" << c.tokens[i] << "'";
+        joined += c.tokens[i];
+      }
+      EXPECT_EQ(joined.substr(0, c.text.size()), c.text);
+      EXPECT_LT(c.offsets.back(), c.text.size());
+      if (std::string(stop) == "Lily!") {
+        EXPECT_EQ(c.tokens.size(), 20u);
+      }
+    }
+  }
+}
+
 TEST_F(ServerHttpStoriesTest, GreedyStreamedChatGivesGrpcsText) {
   v1::ChatRequest c;
   c.set_model("stories");

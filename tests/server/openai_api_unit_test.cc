@@ -342,13 +342,13 @@ TEST(OpenAiResponse, UnaryChatCarriesTextLogprobsAndUsage) {
 
 TEST(OpenAiResponse, EventsAreFramedChunks) {
   const ResponseHead head{Endpoint::kCompletions, "cmpl-1", 5, "m"};
-  const std::string e = piece_event(head, "a\"b", nullptr, 0);
+  const std::string e = piece_event(head, "a\"b", Json::array());
   ASSERT_TRUE(e.starts_with("data: ") && e.ends_with("\n\n")) << e;
   const Json j = Json::parse(e.substr(6));
   EXPECT_EQ(j["object"], "text_completion");
   EXPECT_EQ(j["choices"][0]["text"], "a\"b");
   EXPECT_TRUE(j["choices"][0]["finish_reason"].is_null());
-  EXPECT_EQ(piece_event(head, "", nullptr, 0), "");  // nothing to send
+  EXPECT_EQ(piece_event(head, "", Json::array()), "");  // nothing to send
 
   GenerateOutcome o;
   o.finish = engine::FinishReason::kStopString;
@@ -362,14 +362,14 @@ TEST(OpenAiResponse, EventsAreFramedChunks) {
   const Json role = Json::parse(role_event(chat_head).substr(6));
   EXPECT_EQ(role["object"], "chat.completion.chunk");
   EXPECT_EQ(role["choices"][0]["delta"]["role"], "assistant");
-  const Json piece = Json::parse(piece_event(chat_head, "x", nullptr, 0).substr(6));
+  const Json piece = Json::parse(piece_event(chat_head, "x", Json::array()).substr(6));
   EXPECT_EQ(piece["choices"][0]["delta"]["content"], "x");
   EXPECT_FALSE(piece.contains("usage"));
   // With stream_options.include_usage every chunk carries usage: null but
   // the last, which holds the counts.
   ResponseHead usage_head = chat_head;
   usage_head.usage_in_chunks = true;
-  const Json with_null = Json::parse(piece_event(usage_head, "x", nullptr, 0).substr(6));
+  const Json with_null = Json::parse(piece_event(usage_head, "x", Json::array()).substr(6));
   ASSERT_TRUE(with_null.contains("usage"));
   EXPECT_TRUE(with_null["usage"].is_null());
   EXPECT_TRUE(Json::parse(finish_event(usage_head, o).substr(6))["usage"].is_null());

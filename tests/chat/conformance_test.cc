@@ -88,7 +88,10 @@ std::string first_difference(const std::string& want, const std::string& got) {
 // Compares every case; returns the number where both renderers succeeded.
 int compare_all(const std::vector<Case>& cases) {
   const std::vector<Json> want = render_with_jinja2(cases);
-  if (want.size() != cases.size()) return 0;
+  if (want.size() != cases.size()) {
+    ADD_FAILURE() << "jinja2 gave " << want.size() << " results for " << cases.size() << " cases";
+    return 0;
+  }
   int both_ok = 0, both_failed = 0;
   for (size_t i = 0; i < cases.size(); ++i) {
     const Case& c = cases[i];
@@ -159,7 +162,8 @@ TEST(ChatConformance, FeatureSnippetsMatchJinja2) {
                          std::move(context)});
   }
   ASSERT_FALSE(cases.empty());
-  compare_all(cases);
+  // Most snippets render (60 of 82); the rest check that both refuse.
+  EXPECT_GE(compare_all(cases), static_cast<int>(cases.size() / 2));
 }
 
 }  // namespace

@@ -5,6 +5,9 @@
 #include <fstream>
 #include <iterator>
 #include <random>
+#include <string>
+
+#include <unistd.h>
 
 #include "engine/gguf_writer.h"
 #include "engine/synthetic_model.h"
@@ -317,9 +320,10 @@ TEST(Gguf, OpenReportsMissingAndNonGgufFiles) {
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kNotFound);
   EXPECT_NE(r.status().message().find("/nonexistent/model.gguf"), std::string::npos);
-  const std::string text =
-      (std::filesystem::temp_directory_path() / "hearth_not_gguf.txt").string();
-  std::ofstream(text) << "this is a text file, not a model\n";
+  const std::string text = (std::filesystem::temp_directory_path() /
+                            ("hearth_not_gguf_" + std::to_string(::getpid()) + ".txt"))
+                               .string();
+  ASSERT_TRUE(std::ofstream(text) << "this is a text file, not a model\n") << text;
   r = GgufFile::open(text);
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.status().message().find("not a GGUF file"), std::string::npos) << r.status();

@@ -9,9 +9,11 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
+#include <poll.h>
 #include <signal.h>
 #include <spawn.h>
 #include <sys/socket.h>
+#include <sys/syscall.h>
 #include <sys/time.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -388,16 +390,13 @@ class Child {
   void stop() {
     if (pid_ <= 0) return;
     ::kill(pid_, SIGTERM);
-    const Clock::time_point deadline = Clock::now() + std::chrono::seconds(10);
+    // Wait up to 10 s for the exit (readable pidfd), then kill it.
+    const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));
+    pollfd exited{pidfd, POLLIN, 0};
+    if (pidfd < 0 || ::poll(&exited, 1, 10000) != 1) ::kill(pid_, SIGKILL);
+    if (pidfd >= 0) ::close(pidfd);
     int status = 0;
-    while (::waitpid(pid_, &status, WNOHANG) == 0) {
-      if (Clock::now() >= deadline) {
-        ::kill(pid_, SIGKILL);
-        ::waitpid(pid_, &status, 0);
-        break;
-      }
-      std::this_thread::sleep_for(std::chrono::milliseconds(20));  // reaping poll, bounded above
-    }
+    ::waitpid(pid_, &status, 0);
     pid_ = -1;
   }
 

@@ -566,6 +566,13 @@ int main(int argc, char** argv) {
     return argc < 2 ? 2 : 0;
   }
   const std::string cmd = argv[1];
+  // `hearth-model COMMAND --help`: the usage covers every command.
+  for (int i = 2; i < argc; ++i) {
+    if (std::string(argv[i]) == "--help") {
+      std::fputs(kUsage, stdout);
+      return 0;
+    }
+  }
   if (cmd == "inspect") return inspect(argc, argv);
   if (cmd == "tokenize") return tokenize(argc, argv);
   if (cmd == "render-chat") return render_chat(argc, argv);

@@ -769,6 +769,13 @@ TEST_F(ToolsTest, SynthAndUnknownCommandsRefuseBadArguments) {
   const ProcessResult r = model({});
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find("usage:"), std::string::npos);
+  // COMMAND --help prints the usage (it was "unknown flag --help (see --help)").
+  for (const char* command :
+       {"inspect", "tokenize", "render-chat", "quantize", "synth", "perplexity"}) {
+    const ProcessResult help = model({command, "--help"});
+    EXPECT_EQ(help.exit_code, 0) << command << ": " << help.err;
+    EXPECT_NE(help.out.find("usage:"), std::string::npos) << command;
+  }
 }
 
 }  // namespace

@@ -24,13 +24,8 @@ constexpr std::string_view kNameKey = "general.name";
 // rarely name them in the metadata, so they are recognized by text (as
 // llama.cpp does).
 constexpr std::string_view kEndOfTurnTexts[] = {
-    "<|eot_id|>",
-    "<|im_end|>",
-    "<|end|>",
-    "<end_of_turn>",
-    "<|endoftext|>",
-    "<EOT>",
-    "<｜end▁of▁sentence｜>",
+    "<|eot_id|>",    "<|im_end|>", "<|end|>", "<end_of_turn>",
+    "<|endoftext|>", "<|eom_id|>", "<EOT>",   "<｜end▁of▁sentence｜>",
 };
 
 // C's isspace() in the "C" locale, which llama.cpp's rstrip uses.

@@ -315,6 +315,25 @@ TEST(Tokenizer, MetadataDefaults) {
   EXPECT_TRUE(phi3.tok->is_eog(32000));   // eos <|endoftext|>
   EXPECT_TRUE(phi3.tok->is_eog(32007));   // <|end|>, recognized by its text
   EXPECT_FALSE(phi3.tok->is_eog(32010));  // <|user|>
+
+  // Llama 3.1's <|eom_id|> (end of a tool-calling message) ends generation
+  // by its text too, as llama.cpp's list has it: <|user|> renamed so.
+  auto eom = GgufFile::parse(testing::rewrite(
+                                 *phi3.file,
+                                 [&](const GgufKv& kv, GgufWriter& w) {
+                                   if (kv.key != "tokenizer.ggml.tokens") return false;
+                                   auto tokens = phi3.file->get_string_array(kv.key);
+                                   std::vector<std::string> renamed(tokens->begin(), tokens->end());
+                                   renamed[32010] = "<|eom_id|>";
+                                   w.add_string_array(kv.key, renamed);
+                                   return true;
+                                 },
+                                 nullptr),
+                             "eom.gguf");
+  ASSERT_TRUE(eom.ok()) << eom.status();
+  auto eom_tok = Tokenizer::from_gguf(**eom);
+  ASSERT_TRUE(eom_tok.ok()) << eom_tok.status();
+  EXPECT_TRUE((*eom_tok)->is_eog(32010));
 }
 
 // ---- Special tokens -----------------------------------------------------------------------------

@@ -801,7 +801,7 @@ constexpr Primitive kPrimitives[] = {
     {"day30", R"("0" [1-9] | [12] [0-9] | "30")", ""},
     {"day28", R"("0" [1-9] | "1" [0-9] | "2" [0-8])", ""},
     {"time",
-     R"(hour ":" [0-5] [0-9] ":" [0-5] [0-9] ( "." [0-9]{1,9} )? ( "Z" | [+-] hour ":" [0-5] [0-9] )?)",
+     R"(hour ":" [0-5] [0-9] ":" [0-5] [0-9] ( "." [0-9]{1,9} )? ( "Z" | [+-] hour ":" [0-5] [0-9] ))",
      "hour"},
     {"hour", R"([01] [0-9] | "2" [0-3])", ""},
     {"date-time", R"(date "T" time)", "date time"},
@@ -815,7 +815,7 @@ struct Format {
   std::uint64_t min, max;  // length in characters
 };
 constexpr Format kFormats[] = {
-    {"date", 10, 10}, {"time", 8, 24}, {"date-time", 19, 35}, {"uuid", 36, 36}};
+    {"date", 10, 10}, {"time", 9, 24}, {"date-time", 20, 35}, {"uuid", 36, 36}};
 
 // ---------------------------------------------------------------------------
 // Schema keywords
@@ -1483,9 +1483,16 @@ class Converter {
       HEARTH_ASSIGN_OR_RETURN(std::string value, item(sub, at, child_hint(hint, name)));
       list.push_back(Property{name, value, is_required(name)});
     }
-    for (const Json& name : required)  // required but not described: any value
-      if (described.insert(name.get<std::string>()).second)
-        list.push_back(Property{name.get<std::string>(), use("value"), true});
+    const bool closed =
+        s.contains("additionalProperties") && s["additionalProperties"] == Json(false);
+    for (const Json& name : required) {  // required but not described: any value
+      if (!described.insert(name.get<std::string>()).second) continue;
+      if (closed)
+        return error(ptr, str_cat("required property \"", name.get<std::string>(),
+                                  "\" is not in properties and additionalProperties is false: "
+                                  "no object satisfies the schema"));
+      list.push_back(Property{name.get<std::string>(), use("value"), true});
+    }
     std::optional<std::string> extra;
     if (s.contains("additionalProperties") && s["additionalProperties"] != Json(false)) {
       HEARTH_ASSIGN_OR_RETURN(std::string value,

@@ -203,6 +203,9 @@ TEST(JsonSchemaErrors, EachRefusalNamesThePointerAndTheKeyword) {
        "schema #: minItems 2 cannot be met: at most 1 items"},
       {R"({"properties":{"a":false},"required":["a"]})",
        "schema #/properties/a: required property \"a\" has schema false"},
+      {R"({"properties":{"a":{}},"required":["b"],"additionalProperties":false})",
+       "schema #: required property \"b\" is not in properties and additionalProperties is "
+       "false: no object satisfies the schema"},
       {R"({"anyOf":[false,false]})", "schema #/anyOf: no alternative accepts any value"},
       {R"({"type":"array","minItems":3,"maxItems":2})",
        "schema #: minItems 3 is greater than maxItems 2"},
@@ -587,13 +590,16 @@ TEST(JsonSchemaMatch, Formats) {
       {"\"2023-02-29\"", "\"1900-02-29\"", "\"2100-02-29\"", "\"2023-04-31\"", "\"2023-13-01\"",
        "\"2023-00-10\"", "\"2023-01-00\"", "\"0000-01-01\"", "\"2023-1-01\"", "\"2023-01-32\""});
   expect_language(R"({"type":"string","format":"time"})",
-                  {"\"00:00:00\"", "\"23:59:59\"", "\"12:30:00.123\"", "\"12:30:00Z\"",
+                  {"\"00:00:00Z\"", "\"23:59:59Z\"", "\"12:30:00.123Z\"", "\"12:30:00Z\"",
                    "\"12:30:00.5+05:30\"", "\"12:30:00-23:59\""},
-                  {"\"24:00:00\"", "\"12:60:00\"", "\"12:00:60\"", "\"12:00\"", "\"12:00:00.\"",
-                   "\"12:00:00z\"", "\"12:00:00+5:00\""});
-  expect_language(R"({"type":"string","format":"date-time"})",
-                  {"\"2024-02-29T23:59:59Z\"", "\"1999-12-31T00:00:00.25-08:00\""},
-                  {"\"2024-02-29 23:59:59\"", "\"2024-02-30T00:00:00\""});
+                  {"\"24:00:00Z\"", "\"12:60:00Z\"", "\"12:00:60Z\"", "\"12:00Z\"",
+                   "\"12:00:00.Z\"", "\"12:00:00z\"", "\"12:00:00+5:00\"",
+                   // RFC 3339's full-time: the offset is required
+                   "\"12:00:00\"", "\"12:30:00.123\""});
+  expect_language(
+      R"({"type":"string","format":"date-time"})",
+      {"\"2024-02-29T23:59:59Z\"", "\"1999-12-31T00:00:00.25-08:00\""},
+      {"\"2024-02-29 23:59:59\"", "\"2024-02-30T00:00:00Z\"", "\"2024-02-29T23:59:59\""});
   expect_language(
       R"({"type":"string","format":"uuid"})",
       {"\"123e4567-e89b-12d3-a456-426614174000\"", "\"ABCDEF01-2345-6789-abcd-ef0123456789\""},

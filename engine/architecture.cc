@@ -41,6 +41,7 @@ constexpr std::array<ArchitectureSpec, 8> kArchitectures = {{
      .sliding_window = {.key = WindowKey::kUsed,
                         .global_every = 2,
                         .always_in_file = true,
+                        .synthetic_default = 4096,
                         .when_absent = kGemma2LegacyWindows},
      .embd_per_head_query_scale_layers = 46,  // Gemma 2 27B
      .tied_output = true},
@@ -53,8 +54,9 @@ constexpr std::array<ArchitectureSpec, 8> kArchitectures = {{
      .sliding_window = {.key = WindowKey::kUsed,
                         .global_every = 6,
                         .rope_base = 10000.0f,
-                        .always_in_file = true},
-     .embd_per_head_query_scale_layers = 62,  // Gemma 3 27B
+                        .always_in_file = true,
+                        .synthetic_default = 1024},  // Gemma 3 4B-27B
+     .embd_per_head_query_scale_layers = 62,         // Gemma 3 27B
      .tied_output = true},
     {.name = "granite", .qkv_bias = Presence::kOptional, .granite_scales = true},
     {.name = "olmo2",

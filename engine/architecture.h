@@ -61,6 +61,9 @@ struct SlidingWindowRule {
   // Files of the family always carry the key (0: no window); the synthetic
   // writer follows it.
   bool always_in_file = false;
+  // The window hearth-model synth writes unless told: the family's own
+  // where real files never hold 0 (llama.cpp aborts on Gemma's 0).
+  std::size_t synthetic_default = 0;
   // Without the key: the first matching legacy window, else no window (as
   // llama.cpp loads such files today; older builds refused Phi-3's).
   std::span<const LegacyWindow> when_absent = {};

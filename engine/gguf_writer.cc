@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include "base/str_cat.h"
+#include "base/write_file.h"
 
 namespace hearth::engine {
 namespace {
@@ -156,12 +157,7 @@ std::string GgufWriter::serialize() const {
 }
 
 absl::Status GgufWriter::write(const std::string& path) const {
-  const std::string bytes = serialize();
-  std::FILE* f = std::fopen(path.c_str(), "wb");
-  if (f == nullptr) return absl::PermissionDeniedError(str_cat("cannot create '", path, "'"));
-  const bool ok = std::fwrite(bytes.data(), 1, bytes.size(), f) == bytes.size();
-  if (std::fclose(f) != 0 || !ok) return absl::InternalError(str_cat("cannot write '", path, "'"));
-  return absl::OkStatus();
+  return write_whole_file(path, serialize());
 }
 
 }  // namespace hearth::engine

@@ -25,7 +25,9 @@
 #include "base/read_file.h"
 #include "base/status_macros.h"
 #include "base/str_cat.h"
+#include "base/write_file.h"
 #include "chat/chat_prompt.h"
+#include "engine/architecture.h"
 #include "engine/gguf_writer.h"
 #include "engine/module.h"
 #include "engine/synthetic_model.h"
@@ -78,6 +80,7 @@ constexpr const char* kUsage = R"(usage:
                                          --arch: llama, qwen2, qwen3, phi3, gemma2, gemma3,
                                          granite or olmo2 (each with its own tensors and keys);
                                          --sliding-window N: {arch}.attention.sliding_window
+                                         (default 0: none; Gemma 2 4096, Gemma 3 1024)
                                          a deterministic synthetic model with random weights
 )";
 
@@ -282,9 +285,25 @@ int quantize(int argc, char** argv) {
   const QuantizeType* qt = quantize_type(flags.get("type"));
   if (qt == nullptr)
     return fail("hearth-model quantize: --type must be q8_0, q4_0, q4_1, q5_0 or q5_1");
-  auto f = open(flags.positional()[0]);
+  const std::string& in = flags.positional()[0];
+  const std::string& out_path = flags.positional()[1];
+  std::error_code same_error;
+  if (std::filesystem::equivalent(in, out_path, same_error))
+    return fail("hearth-model quantize: OUT '" + out_path +
+                "' is IN; write the quantized copy to another file");
+  auto f = open(in);
   if (!f.ok()) return fail("hearth-model: " + std::string(f.status().message()));
   const auto& g = **f;
+  // A quantized weight would be copied as it is under a file type that
+  // claims the new one (llama-quantize refuses to requantize too).
+  for (const auto& t : g.tensors()) {
+    const bool is_float =
+        t.type == GgmlType::kF32 || t.type == GgmlType::kF16 || t.type == GgmlType::kBF16;
+    if (t.n_dims == 2 && !is_float)
+      return fail("hearth-model quantize: '" + in + "': tensor '" + std::string(t.name) +
+                  "' is already " + engine::ggml_type_name(t.type) +
+                  "; quantize from an F32, F16 or BF16 file");
+  }
   engine::GgufWriter w(g.alignment());
   for (const auto& kv : g.metadata()) {
     if (kv.key == "general.alignment") continue;  // the writer adds it
@@ -295,6 +314,10 @@ int quantize(int argc, char** argv) {
     w.add_value(kv.key, kv.value);
   }
   if (g.find("general.file_type") == nullptr) w.add_uint32("general.file_type", qt->file_type);
+  // The block layouts' version, as llama-quantize writes it (ggml's
+  // GGML_QNT_VERSION; 2 since the Q4/Q5/Q8 layouts of May 2023).
+  if (g.find("general.quantization_version") == nullptr)
+    w.add_uint32("general.quantization_version", 2);
   int converted = 0, kept = 0;
   for (const auto& t : g.tensors()) {
     std::vector<std::uint64_t> dims(t.dims, t.dims + t.n_dims);
@@ -302,8 +325,7 @@ int quantize(int argc, char** argv) {
     std::optional<std::vector<float>> x;
     if (t.n_dims == 2 && t.dims[0] % 32 == 0) x = float_data(t);
     if (!x) {
-      // 1-D tensors (norms), rows not a multiple of 32, and already-quantized tensors stay as they
-      // are.
+      // 1-D tensors (norms) and rows not a multiple of 32 stay as they are.
       w.add_tensor(t.name, dims, t.type, raw);
       ++kept;
       continue;
@@ -313,11 +335,9 @@ int quantize(int argc, char** argv) {
     w.add_tensor(t.name, dims, qt->ggml, out);
     ++converted;
   }
-  if (auto s = w.write(flags.positional()[1]); !s.ok())
-    return fail("hearth-model: " + std::string(s.message()));
+  if (auto s = w.write(out_path); !s.ok()) return fail("hearth-model: " + std::string(s.message()));
   std::fprintf(stderr, "hearth-model: wrote %s: %d tensors quantized to %s, %d kept as they were\n",
-               flags.positional()[1].c_str(), converted, engine::ggml_type_name(qt->ggml).c_str(),
-               kept);
+               out_path.c_str(), converted, engine::ggml_type_name(qt->ggml).c_str(), kept);
   return 0;
 }
 
@@ -354,6 +374,9 @@ int synth(int argc, char** argv) {
   s.seed = static_cast<std::uint64_t>(seed);
   s.sliding_window = static_cast<std::size_t>(window);
   s.architecture = flags.get("arch", "llama");
+  if (const engine::ArchitectureSpec* arch = engine::find_architecture(s.architecture);
+      arch != nullptr && !flags.has("sliding-window"))
+    s.sliding_window = arch->sliding_window.synthetic_default;
   if (flags.has("name")) s.name = flags.get("name");
   if (flags.has("vocab-from")) {
     const std::string path = flags.get("vocab-from");
@@ -400,12 +423,8 @@ int synth(int argc, char** argv) {
                 std::to_string(s.n_ff) + ", --vocab " + std::to_string(s.n_vocab) + ")");
   }
   if (!bytes.ok()) return fail("hearth-model synth: " + std::string(bytes.status().message()));
-  std::FILE* out = std::fopen(flags.positional()[0].c_str(), "wb");
-  if (out == nullptr)
-    return fail("hearth-model synth: cannot create '" + flags.positional()[0] + "'");
-  const bool written = std::fwrite(bytes->data(), 1, bytes->size(), out) == bytes->size();
-  if (std::fclose(out) != 0 || !written)
-    return fail("hearth-model synth: cannot write '" + flags.positional()[0] + "'");
+  if (absl::Status written = hearth::write_whole_file(flags.positional()[0], *bytes); !written.ok())
+    return fail("hearth-model synth: " + std::string(written.message()));
   std::fprintf(stderr, "hearth-model: wrote %s (%zu bytes)\n", flags.positional()[0].c_str(),
                bytes->size());
   return 0;
@@ -439,6 +458,13 @@ absl::StatusOr<PerplexityArgs> perplexity_args(int argc, char** argv) {
     return absl::InvalidArgumentError(
         "hearth-model perplexity: --save-logits and --kl-base: give one (save a base run, or "
         "compare with one)");
+  for (const std::string* input : {&a.model, &a.text}) {
+    std::error_code ec;
+    if (!a.save_logits.empty() && std::filesystem::equivalent(a.save_logits, *input, ec))
+      return absl::InvalidArgumentError("hearth-model perplexity: --save-logits '" + a.save_logits +
+                                        "' is the run's own input '" + *input +
+                                        "'; save the logits to another file");
+  }
   const std::string kv = flags.get("kv-cache", "int8");
   if (kv != "int8" && kv != "float")
     return absl::InvalidArgumentError("hearth-model perplexity: --kv-cache: '" + kv +

@@ -422,6 +422,11 @@ TEST_F(PerplexityTest, CommandRefusesBadInputsNamingTheFlagOrFile) {
   expect_refused({"perplexity", path("no.gguf"), "--text", text}, {path("no.gguf")});
   expect_refused({"perplexity", m, "--text", text, "--save-logits", base, "--kl-base", base},
                  {"--save-logits and --kl-base"});
+  // The run's own inputs are not overwritten by its logits.
+  expect_refused({"perplexity", m, "--text", text, "--save-logits", text},
+                 {"--save-logits", "is the run's own input", text});
+  expect_refused({"perplexity", m, "--text", text, "--save-logits", m},
+                 {"--save-logits", "is the run's own input", m});
   expect_refused({"perplexity", m, "--text", text, "--save-logits", path("no-dir/x.logits")},
                  {"--save-logits", "no-dir/x.logits"});
   expect_refused({"perplexity", m, "--text", text, "--kl-base", path("none.logits")},

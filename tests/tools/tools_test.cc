@@ -503,8 +503,9 @@ TEST_F(ToolsTest, QuantizeWritesLoadableFilesOfEachType) {
     auto q = GgufFile::open(out);
     ASSERT_TRUE(q.ok()) << q.status();
     EXPECT_EQ(*(*q)->get_uint("general.file_type"), file_type);
-    // Every key of the source survives (plus general.file_type, which it lacks).
-    EXPECT_EQ((*q)->metadata().size(), (*src)->metadata().size() + 1);
+    // Every key of the source survives (plus general.file_type and
+    // general.quantization_version, which it lacks).
+    EXPECT_EQ((*q)->metadata().size(), (*src)->metadata().size() + 2);
     ASSERT_EQ((*q)->tensors().size(), 48u);
     int quantized = 0, down = 0, norms = 0;
     for (const auto& t : (*q)->tensors()) {
@@ -570,6 +571,58 @@ TEST_F(ToolsTest, QuantizeRefusesBadArguments) {
   EXPECT_NE(r.exit_code, 0);
   EXPECT_NE(r.err.find(path("missing.gguf").string()), std::string::npos) << r.err;
   EXPECT_FALSE(fs::exists(path("x.gguf")));
+
+  // A quantized source is refused (its weights were copied as they were,
+  // under a file type that named the new one).
+  const std::string q8 = path("q8.gguf").string();
+  ASSERT_EQ(model({"quantize", stories(), q8, "--type", "q8_0"}).exit_code, 0);
+  {
+    auto f = GgufFile::open(q8);
+    ASSERT_TRUE(f.ok()) << f.status();
+    EXPECT_EQ(*(*f)->get_uint("general.quantization_version"), 2u);  // as llama-quantize writes
+  }
+  r = model({"quantize", q8, path("x.gguf").string(), "--type", "q4_0"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("' is already Q8_0; quantize from an F32, F16 or BF16 file"),
+            std::string::npos)
+      << r.err;
+  EXPECT_FALSE(fs::exists(path("x.gguf")));
+  // OUT the same file as IN (here through another name) is refused, the file untouched.
+  const std::string before = read_file(q8);
+  r = model({"quantize", q8, (path("") / "." / "q8.gguf").string(), "--type", "q8_0"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("is IN; write the quantized copy to another file"), std::string::npos)
+      << r.err;
+  EXPECT_TRUE(read_file(q8) == before);
+  // A write that fails (OUT is a directory) leaves no partial file beside it.
+  fs::create_directory(path("out-dir"));
+  r = model({"quantize", stories(), path("out-dir").string(), "--type", "q8_0"});
+  EXPECT_EQ(r.exit_code, 2);
+  EXPECT_NE(r.err.find("cannot write '" + path("out-dir").string() + "': Is a directory"),
+            std::string::npos)
+      << r.err;
+  for (const auto& e : fs::directory_iterator(path("")))
+    EXPECT_EQ(e.path().filename().string().find(".partial"), std::string::npos) << e.path();
+}
+
+// Gemma files always carry a window, and llama.cpp aborts on 0: a synthetic
+// Gemma gets the family's own unless told.
+TEST_F(ToolsTest, SynthGivesGemmaItsOwnWindowUnlessTold) {
+  const std::vector<std::string> shape = {"--dim", "64",    "--layers", "2",       "--heads",
+                                          "4",     "--ffn", "128",      "--vocab", "512"};
+  const auto window_of = [&](const std::string& arch, std::vector<std::string> extra) {
+    std::vector<std::string> args = {"synth", path(arch + ".gguf").string(), "--arch", arch};
+    args.insert(args.end(), shape.begin(), shape.end());
+    args.insert(args.end(), extra.begin(), extra.end());
+    const ProcessResult r = model(args);
+    EXPECT_EQ(r.exit_code, 0) << r.err;
+    auto f = GgufFile::open(path(arch + ".gguf").string());
+    EXPECT_TRUE(f.ok()) << f.status();
+    return f.ok() ? *(*f)->get_uint(arch + ".attention.sliding_window") : 0;
+  };
+  EXPECT_EQ(window_of("gemma2", {}), 4096u);
+  EXPECT_EQ(window_of("gemma3", {}), 1024u);
+  EXPECT_EQ(window_of("gemma2", {"--sliding-window", "16"}), 16u);
 }
 
 TEST_F(ToolsTest, SynthIsDeterministicAndItsModelGenerates) {

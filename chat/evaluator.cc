@@ -90,6 +90,11 @@ absl::Status Evaluator::check_bytes(size_t n) const {
   return absl::OkStatus();
 }
 
+absl::Status Evaluator::charge_copy(size_t n) {
+  HEARTH_RETURN_IF_ERROR(check_bytes(n));
+  return charge(n / 1024);
+}
+
 absl::Status Evaluator::check_items(size_t n) const {
   if (n > limits_.max_list_items)
     return absl::ResourceExhaustedError(
@@ -226,7 +231,7 @@ Value loop_object(const List& items, size_t i) {
 absl::StatusOr<Evaluator::Flow> Evaluator::exec_for(const Stmt& s,
                                                     const std::shared_ptr<Scope>& scope) {
   HEARTH_ASSIGN_OR_RETURN(Value iterable, eval(*s.expr, scope));
-  auto all = iterate(iterable);
+  auto all = iterate(*this, iterable);
   if (!all.ok()) return locate(all.status(), s.pos, "for loop");
   List items;
   if (s.filter) {

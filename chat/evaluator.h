@@ -19,7 +19,7 @@ namespace hearth::chat {
 
 // Bounds on one render; exceeding one is RESOURCE_EXHAUSTED.
 struct RenderLimits {
-  size_t max_output_bytes = 8u << 20;  // also bounds every string value
+  size_t max_output_bytes = 8u << 20;  // also bounds every string value; < kMaxReprBytes
   size_t max_list_items = 1u << 20;
   int max_call_depth = 64;  // nested macro calls
   // Nested evaluation (expressions within statements within macro calls):
@@ -49,6 +49,11 @@ class Evaluator {
   // For builtins: fails when a string or list of this size is too large.
   absl::Status check_bytes(size_t n) const;
   absl::Status check_items(size_t n) const;
+  // For builtins that build a string of `n` bytes by copying: check_bytes,
+  // and a step per KiB, since copying costs time (a loop growing a string by
+  // concatenation ran for hours within the step budget; a step of a loop
+  // costs about as long as copying a few KiB).
+  absl::Status charge_copy(size_t n);
   const RenderLimits& limits() const { return limits_; }
   int64_t now() const { return now_; }
 

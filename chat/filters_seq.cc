@@ -68,7 +68,7 @@ CallArgs shift(const CallArgs& args, size_t n) {
 absl::StatusOr<Value> select_impl(Evaluator& ev, const Value& in, CallArgs& args, bool attr,
                                   bool keep) {
   if (!in.truthy()) return Value::list({});  // jinja2 iterates only a truthy input
-  HEARTH_ASSIGN_OR_RETURN(List items, iterate(in));
+  HEARTH_ASSIGN_OR_RETURN(List items, iterate(ev, in));
   std::optional<std::string> attribute;
   size_t test_at = 0;
   if (attr) {
@@ -113,15 +113,15 @@ absl::StatusOr<Value> length(Evaluator&, const Value& in, CallArgs&) {
   }
 }
 
-absl::StatusOr<Value> first(Evaluator&, const Value& in, CallArgs&) {
-  HEARTH_ASSIGN_OR_RETURN(List items, iterate(in));
+absl::StatusOr<Value> first(Evaluator& ev, const Value& in, CallArgs&) {
+  HEARTH_ASSIGN_OR_RETURN(List items, iterate(ev, in));
   if (items.empty()) return Value::undefined("No first item, sequence was empty. It");
   return items.front();
 }
 
-absl::StatusOr<Value> last(Evaluator&, const Value& in, CallArgs&) {
+absl::StatusOr<Value> last(Evaluator& ev, const Value& in, CallArgs&) {
   if (in.is_undefined()) return undefined_error(in);
-  HEARTH_ASSIGN_OR_RETURN(List items, iterate(in));
+  HEARTH_ASSIGN_OR_RETURN(List items, iterate(ev, in));
   if (items.empty()) return Value::undefined("No last item, sequence was empty. It");
   return items.back();
 }
@@ -129,7 +129,7 @@ absl::StatusOr<Value> last(Evaluator&, const Value& in, CallArgs&) {
 absl::StatusOr<Value> join(Evaluator& ev, const Value& in, CallArgs& args) {
   HEARTH_ASSIGN_OR_RETURN(auto sep, str_arg(args, 0, "d"));
   HEARTH_ASSIGN_OR_RETURN(auto attribute, str_arg(args, 1, "attribute"));
-  HEARTH_ASSIGN_OR_RETURN(List items, iterate(in));
+  HEARTH_ASSIGN_OR_RETURN(List items, iterate(ev, in));
   std::string out;
   for (size_t i = 0; i < items.size(); ++i) {
     if (i > 0 && sep) out += *sep;
@@ -153,14 +153,14 @@ absl::StatusOr<Value> items(Evaluator&, const Value& in, CallArgs&) {
 }
 
 absl::StatusOr<Value> list(Evaluator& ev, const Value& in, CallArgs&) {
-  HEARTH_ASSIGN_OR_RETURN(List items, iterate(in));
+  HEARTH_ASSIGN_OR_RETURN(List items, iterate(ev, in));
   HEARTH_RETURN_IF_ERROR(ev.charge(items.size()));
   return Value::list(std::move(items));
 }
 
-absl::StatusOr<Value> reverse(Evaluator&, const Value& in, CallArgs&) {
+absl::StatusOr<Value> reverse(Evaluator& ev, const Value& in, CallArgs&) {
   if (in.is_string()) return slice(in, std::nullopt, std::nullopt, -1);
-  HEARTH_ASSIGN_OR_RETURN(List items, iterate(in));
+  HEARTH_ASSIGN_OR_RETURN(List items, iterate(ev, in));
   std::reverse(items.begin(), items.end());
   return Value::list(std::move(items));
 }
@@ -168,7 +168,7 @@ absl::StatusOr<Value> reverse(Evaluator&, const Value& in, CallArgs&) {
 // map(attribute='x', default=None) or map('filter', args...).
 absl::StatusOr<Value> map(Evaluator& ev, const Value& in, CallArgs& args) {
   if (!in.truthy()) return Value::list({});  // jinja2 iterates only a truthy input
-  HEARTH_ASSIGN_OR_RETURN(List items, iterate(in));
+  HEARTH_ASSIGN_OR_RETURN(List items, iterate(ev, in));
   HEARTH_RETURN_IF_ERROR(ev.charge(items.size()));
   List out;
   if (args.positional.empty()) {
@@ -206,7 +206,7 @@ absl::StatusOr<Value> rejectattr(Evaluator& ev, const Value& in, CallArgs& args)
 absl::StatusOr<Value> unique(Evaluator& ev, const Value& in, CallArgs& args) {
   HEARTH_ASSIGN_OR_RETURN(bool case_sensitive, bool_arg(args, 0, "case_sensitive", false));
   HEARTH_ASSIGN_OR_RETURN(auto attribute, str_arg(args, 1, "attribute"));
-  HEARTH_ASSIGN_OR_RETURN(List items, iterate(in));
+  HEARTH_ASSIGN_OR_RETURN(List items, iterate(ev, in));
   List out, seen;
   for (Value& item : items) {
     HEARTH_RETURN_IF_ERROR(ev.charge(1 + seen.size()));
@@ -225,7 +225,7 @@ absl::StatusOr<Value> sort(Evaluator& ev, const Value& in, CallArgs& args) {
   HEARTH_ASSIGN_OR_RETURN(bool reverse, bool_arg(args, 0, "reverse", false));
   HEARTH_ASSIGN_OR_RETURN(bool case_sensitive, bool_arg(args, 1, "case_sensitive", false));
   HEARTH_ASSIGN_OR_RETURN(auto attribute, str_arg(args, 2, "attribute"));
-  HEARTH_ASSIGN_OR_RETURN(List items, iterate(in));
+  HEARTH_ASSIGN_OR_RETURN(List items, iterate(ev, in));
   HEARTH_RETURN_IF_ERROR(ev.charge(items.size() * 20));
   std::vector<Value> keys;
   for (const Value& item : items) {
@@ -259,7 +259,7 @@ absl::StatusOr<Value> sum(Evaluator& ev, const Value& in, CallArgs& args) {
   HEARTH_ASSIGN_OR_RETURN(auto attribute, str_arg(args, 0, "attribute"));
   Value total = Value::integer(0);
   if (const Value* start = arg(args, 1, "start")) total = *start;
-  HEARTH_ASSIGN_OR_RETURN(List items, iterate(in));
+  HEARTH_ASSIGN_OR_RETURN(List items, iterate(ev, in));
   for (const Value& item : items) {
     Value v = item;
     if (attribute) {
@@ -275,7 +275,7 @@ namespace {
 absl::StatusOr<Value> min_max(Evaluator& ev, const Value& in, CallArgs& args, bool want_max) {
   HEARTH_ASSIGN_OR_RETURN(bool case_sensitive, bool_arg(args, 0, "case_sensitive", false));
   HEARTH_ASSIGN_OR_RETURN(auto attribute, str_arg(args, 1, "attribute"));
-  HEARTH_ASSIGN_OR_RETURN(List items, iterate(in));
+  HEARTH_ASSIGN_OR_RETURN(List items, iterate(ev, in));
   if (items.empty()) return Value::undefined("No aggregated item, sequence was empty. It");
   size_t best = 0;
   HEARTH_ASSIGN_OR_RETURN(Value best_key, sort_key(ev, items[0], attribute, case_sensitive));

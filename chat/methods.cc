@@ -139,7 +139,7 @@ absl::StatusOr<Value> BoundMethod::call_str(Evaluator& ev, const CallArgs& args)
   if (m == "join") {
     const Value* items = arg(args, 0, "iterable");
     if (items == nullptr) return absl::InvalidArgumentError("join() needs an iterable");
-    HEARTH_ASSIGN_OR_RETURN(List parts, iterate(*items));
+    HEARTH_ASSIGN_OR_RETURN(List parts, iterate(ev, *items));
     std::string out;
     for (size_t i = 0; i < parts.size(); ++i) {
       if (!parts[i].is_string())

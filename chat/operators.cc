@@ -63,7 +63,7 @@ absl::StatusOr<Value> add(Evaluator& ev, const Value& a, const Value& b) {
     std::string left = a.as_string(), right = b.as_string();
     if (markup && !a.is_markup()) left = html_escape(left);
     if (markup && !b.is_markup()) right = html_escape(right);
-    HEARTH_RETURN_IF_ERROR(ev.check_bytes(left.size() + right.size()));
+    HEARTH_RETURN_IF_ERROR(ev.charge_copy(left.size() + right.size()));
     return markup ? Value::markup(left + right) : Value::string(left + right);
   }
   if (a.is_sequence() && a.kind() == b.kind()) {
@@ -152,7 +152,7 @@ absl::StatusOr<Value> binary_op(Evaluator& ev, std::string_view op, const Value&
   if (op == "~") {
     std::string s = to_str(a);
     s += to_str(b);
-    HEARTH_RETURN_IF_ERROR(ev.check_bytes(s.size()));
+    HEARTH_RETURN_IF_ERROR(ev.charge_copy(s.size()));
     return Value::string(std::move(s));
   }
   if (a.is_undefined()) return undefined_error(a);
@@ -263,7 +263,7 @@ absl::StatusOr<Value> slice(const Value& container, std::optional<int64_t> start
                                                  : Value::list(std::move(out));
 }
 
-absl::StatusOr<List> iterate(const Value& v) {
+absl::StatusOr<List> iterate(Evaluator& ev, const Value& v) {
   switch (v.kind()) {
     case Value::Kind::kUndefined:
       return List{};
@@ -276,9 +276,11 @@ absl::StatusOr<List> iterate(const Value& v) {
       return keys;
     }
     case Value::Kind::kString: {
+      const std::vector<char32_t> code_points = utf8_decode(v.as_string());
+      HEARTH_RETURN_IF_ERROR(ev.check_items(code_points.size()));
       List chars;
       std::string c;
-      for (char32_t cp : utf8_decode(v.as_string())) {
+      for (char32_t cp : code_points) {
         c.clear();
         utf8_append(c, cp);
         chars.push_back(Value::string(c));

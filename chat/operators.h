@@ -26,8 +26,9 @@ absl::StatusOr<Value> slice(const Value& container, std::optional<int64_t> start
                             std::optional<int64_t> stop, std::optional<int64_t> step);
 
 // The items a `for` loop (or list()) visits: list/tuple items, dict keys,
-// a string's characters; undefined is empty. Anything else is not iterable.
-absl::StatusOr<List> iterate(const Value& v);
+// a string's characters (at most the list limit); undefined is empty.
+// Anything else is not iterable.
+absl::StatusOr<List> iterate(Evaluator& ev, const Value& v);
 
 // "'x' is undefined" for an undefined operand, as jinja2's UndefinedError.
 absl::Status undefined_error(const Value& v);

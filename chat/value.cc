@@ -26,7 +26,9 @@ void Dict::set(Value key, Value value) {
   entries.emplace_back(std::move(key), std::move(value));
 }
 
-Value Value::undefined(std::string hint) { return Value(Kind::kUndefined, std::move(hint)); }
+Value Value::undefined(std::string hint) {
+  return Value(Kind::kUndefined, shared(std::move(hint)));
+}
 Value Value::list(List items) {
   return Value(Kind::kList, std::shared_ptr<const List>(std::make_shared<List>(std::move(items))));
 }
@@ -274,7 +276,7 @@ void append_str_repr(std::string& out, const std::string& s) {
 }
 
 void append_items_repr(std::string& out, const List& items) {
-  for (size_t i = 0; i < items.size(); ++i) {
+  for (size_t i = 0; i < items.size() && out.size() <= kMaxReprBytes; ++i) {
     if (i > 0) out += ", ";
     append_repr(out, items[i]);
   }
@@ -306,6 +308,7 @@ void append_repr(std::string& out, const Value& v) {
       out.push_back('{');
       bool first = true;
       for (const auto& [k, val] : v.as_dict().entries) {
+        if (out.size() > kMaxReprBytes) break;
         if (!first) out += ", ";
         first = false;
         append_repr(out, k);

@@ -69,10 +69,10 @@ class Value {
   static Value boolean(bool b) { return Value(Kind::kBool, b); }
   static Value integer(int64_t i) { return Value(Kind::kInt, i); }
   static Value floating(double d) { return Value(Kind::kFloat, d); }
-  static Value string(std::string s) { return Value(Kind::kString, std::move(s)); }
+  static Value string(std::string s) { return Value(Kind::kString, shared(std::move(s))); }
   // A string marked safe (markupsafe.Markup), from the safe/escape filters.
   static Value markup(std::string s) {
-    Value v(Kind::kString, std::move(s));
+    Value v(Kind::kString, shared(std::move(s)));
     v.markup_ = true;
     return v;
   }
@@ -100,13 +100,17 @@ class Value {
   bool as_bool() const { return std::get<bool>(data_); }
   int64_t as_int() const;    // bool or int
   double as_double() const;  // bool, int or float
-  const std::string& as_string() const { return std::get<std::string>(data_); }
+  const std::string& as_string() const { return *std::get<SharedString>(data_); }
   const List& as_list() const { return *std::get<std::shared_ptr<const List>>(data_); }
   const Dict& as_dict() const { return *std::get<std::shared_ptr<const Dict>>(data_); }
   Namespace& as_namespace() const { return *std::get<std::shared_ptr<Namespace>>(data_); }
   const Callable& as_callable() const { return *std::get<std::shared_ptr<const Callable>>(data_); }
   // What an undefined value stood for, for error messages ("'x'").
-  const std::string& undefined_hint() const { return std::get<std::string>(data_); }
+  const std::string& undefined_hint() const {
+    static const std::string kNone;
+    const SharedString* hint = std::get_if<SharedString>(&data_);
+    return hint != nullptr ? **hint : kNone;
+  }
 
   // Python's bool(x).
   bool truthy() const;
@@ -114,7 +118,13 @@ class Value {
   std::string_view type_name() const;
 
  private:
-  using Storage = std::variant<std::monostate, bool, int64_t, double, std::string,
+  // Strings are immutable and shared, as lists and dicts are: copying a
+  // value (a lookup, a list repeated) never copies its bytes.
+  using SharedString = std::shared_ptr<const std::string>;
+  static SharedString shared(std::string s) {
+    return std::make_shared<const std::string>(std::move(s));
+  }
+  using Storage = std::variant<std::monostate, bool, int64_t, double, SharedString,
                                std::shared_ptr<const List>, std::shared_ptr<const Dict>,
                                std::shared_ptr<Namespace>, std::shared_ptr<const Callable>>;
   template <typename T>
@@ -134,7 +144,11 @@ absl::StatusOr<int> compare_values(const Value& a, const Value& b);
 // str(x) as jinja2 prints it: undefined prints "", None prints "None",
 // containers print their repr.
 std::string to_str(const Value& v);
-// repr(x) as Python prints it.
+// repr(x) as Python prints it. A container's repr stops growing once past
+// kMaxReprBytes (a list of a thousand 8 MB strings is cheap to hold, its
+// repr is not): more than any string a render may hold, so the caller's
+// size check refuses it.
+inline constexpr size_t kMaxReprBytes = size_t{64} << 20;
 std::string to_repr(const Value& v);
 void append_repr(std::string& out, const Value& v);
 

@@ -188,6 +188,34 @@ TEST(ChatInterpreter, StepsAreBounded) {
   EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted);
 }
 
+// Copies cost: a list repeated shares its strings (a thousand 8 MB
+// strings took 8 GB and crashed), a string grown by concatenation in a loop
+// spends the step budget by the bytes it copies (it ran for hours within
+// it), a string iterates into at most the list limit of characters, and a
+// container's text stops growing past what any string may hold.
+TEST(ChatInterpreter, CopiesCountAgainstTheLimits) {
+  EXPECT_EQ(ok("{% set l = ['x' * 8000000] * 1000 %}{{ l | length }} {{ l[999] | length }}"),
+            "1000 8000000");
+  RenderLimits limits;
+  limits.max_steps = 1000000;
+  auto r = render(
+      "{% set ns = namespace(s='') %}{% for i in range(2000) %}"
+      "{% set ns.s = ns.s ~ ('y' * 1000) %}{% endfor %}{{ ns.s | length }}",
+      Json::object(), limits);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+  r = render(
+      "{% set ns = namespace(s='') %}{% for i in range(200) %}"
+      "{% set ns.s = ns.s ~ ('y' * 1000) %}{% endfor %}{{ ns.s | length }}",
+      Json::object(), limits);
+  EXPECT_EQ(r.value_or("<error>"), "200000");
+  r = render("{{ (['yyyyyyyy'] * 1000000) | sum(start='') | length }}", Json::object(), limits);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+  r = render("{{ ('x' * 8000000) | list | length }}");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+  r = render("{% set l = ['x' * 4000000] * 200 %}{{ l ~ '' }}");
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+}
+
 TEST(ChatInterpreter, DeepNestingIsRefusedAtParse) {
   std::string deep(5000, '(');
   EXPECT_FALSE(ChatTemplate::parse("{{ " + deep + " }}").ok());

@@ -245,7 +245,10 @@ absl::StatusOr<Evaluator::Flow> Evaluator::exec_for(const Stmt& s,
   } else {
     items = std::move(*all);
   }
-  if (items.empty()) return exec_body(s.else_body, scope);
+  // As jinja2 compiles it, `else` runs unless some iteration's body ran to
+  // its end (not only when there were no items: also when every iteration
+  // left by continue or break).
+  bool body_completed = false;
   for (size_t i = 0; i < items.size(); ++i) {
     HEARTH_RETURN_IF_ERROR(locate(charge(1), s.pos, "for loop"));
     auto iteration = std::make_shared<Scope>(Scope{scope, {}});
@@ -253,7 +256,9 @@ absl::StatusOr<Evaluator::Flow> Evaluator::exec_for(const Stmt& s,
     HEARTH_RETURN_IF_ERROR(locate(bind_targets(s, *iteration, items[i]), s.pos, "for loop"));
     HEARTH_ASSIGN_OR_RETURN(Flow f, exec_body(s.body, iteration));
     if (f == Flow::kBreak) break;
+    body_completed = body_completed || f == Flow::kNormal;
   }
+  if (!body_completed) return exec_body(s.else_body, scope);
   return Flow::kNormal;
 }
 

@@ -1,5 +1,8 @@
 // Filters on strings and scalars, following jinja2 3.1's definitions.
+#include <algorithm>
+#include <cctype>
 #include <cmath>
+#include <cstdio>
 #include <cstdlib>
 
 #include "absl/status/status.h"
@@ -164,9 +167,52 @@ std::optional<int64_t> parse_py_int(const std::string& text) {
   return neg ? -v : v;
 }
 
+// Python's int(text, base) for base 0 or 2-36: an optional sign, the
+// base's prefix (0b, 0o, 0x; base 0 reads it to choose), digits with single
+// underscores between them.
+std::optional<int64_t> parse_py_int_in_base(const std::string& text, int64_t base) {
+  std::string s = py_strip(text, std::nullopt, StripSide::kBoth);
+  if (base != 0 && (base < 2 || base > 36)) return std::nullopt;
+  size_t i = 0;
+  const bool neg = !s.empty() && s[0] == '-';
+  if (!s.empty() && (s[0] == '-' || s[0] == '+')) i = 1;
+  if (s.size() >= i + 2 && s[i] == '0') {
+    const char p = static_cast<char>(std::tolower(static_cast<unsigned char>(s[i + 1])));
+    const int64_t prefixed = p == 'b' ? 2 : p == 'o' ? 8 : p == 'x' ? 16 : 0;
+    if (prefixed != 0 && (base == 0 || base == prefixed)) {
+      base = prefixed;
+      i += 2;
+      if (i < s.size() && s[i] == '_') ++i;
+    }
+  }
+  if (base == 0) base = 10;
+  int64_t v = 0;
+  bool digit_before = false;
+  for (; i < s.size(); ++i) {
+    if (s[i] == '_' && digit_before && i + 1 < s.size() && s[i + 1] != '_') continue;
+    const int c = std::tolower(static_cast<unsigned char>(s[i]));
+    const int d = std::isdigit(c) ? c - '0' : (c >= 'a' && c <= 'z') ? c - 'a' + 10 : 99;
+    if (d >= base) return std::nullopt;
+    if (__builtin_mul_overflow(v, base, &v) || __builtin_add_overflow(v, neg ? -d : d, &v))
+      return std::nullopt;
+    digit_before = true;
+  }
+  if (!digit_before) return std::nullopt;
+  return v;
+}
+
 std::optional<double> parse_py_float(const std::string& text) {
-  const std::string s = py_strip(text, std::nullopt, StripSide::kBoth);
+  std::string s = py_strip(text, std::nullopt, StripSide::kBoth);
   if (s.empty()) return std::nullopt;
+  // Python's float() takes no hexadecimal (strtod does) and allows an
+  // underscore between two digits ("1_0.5" is 10.5).
+  if (s.find_first_of("xX") != std::string::npos) return std::nullopt;
+  for (size_t i = s.find('_'); i != std::string::npos; i = s.find('_', i)) {
+    if (i == 0 || i + 1 >= s.size() || !std::isdigit(static_cast<unsigned char>(s[i - 1])) ||
+        !std::isdigit(static_cast<unsigned char>(s[i + 1])))
+      return std::nullopt;
+    s.erase(i, 1);
+  }
   char* end = nullptr;
   const double d = std::strtod(s.c_str(), &end);
   if (end != s.c_str() + s.size()) return std::nullopt;
@@ -188,6 +234,8 @@ absl::StatusOr<Value> to_int(Evaluator&, const Value& in, CallArgs& args) {
   if (!in.is_string()) return dflt;
   if (base == 10) {
     if (auto v = parse_py_int(in.as_string())) return Value::integer(*v);
+  } else if (auto v = parse_py_int_in_base(in.as_string(), base)) {
+    return Value::integer(*v);
   }
   if (auto d = parse_py_float(in.as_string());
       d && !std::isnan(*d) && !std::isinf(*d) && std::fabs(*d) < 9.2e18)
@@ -219,6 +267,16 @@ absl::StatusOr<Value> round(Evaluator&, const Value& in, CallArgs& args) {
   const std::string m = method.value_or("common");
   if (!in.is_number()) return absl::InvalidArgumentError("round() needs a number");
   if (m == "common" && in.is_integral() && precision >= 0) return Value::integer(in.as_int());
+  if (m == "common" && precision >= 0) {
+    // Python rounds the double's exact decimal value (round(2.675, 2) is
+    // 2.67: the double is 2.67499...), as printf's %.Nf does; scaling by
+    // 100 first rounds 267.4999... up to 267.5 and then to 268.
+    const int digits = static_cast<int>(std::min<int64_t>(precision, 340));
+    std::string text(static_cast<size_t>(std::snprintf(nullptr, 0, "%.*f", digits, in.as_double())),
+                     '\0');
+    std::snprintf(text.data(), text.size() + 1, "%.*f", digits, in.as_double());
+    return Value::floating(std::strtod(text.c_str(), nullptr));
+  }
   const double scale =
       std::pow(10.0, static_cast<double>(std::clamp<int64_t>(precision, -300, 300)));
   const double x = in.as_double() * scale;

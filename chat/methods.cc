@@ -80,6 +80,33 @@ absl::StatusOr<bool> affix_match(const std::string& s, const Value* arg0, bool p
   return false;
 }
 
+// The part of `s` that the optional start and end arguments of find, rfind,
+// count, startswith and endswith select (Python's slice indices, in
+// characters), and the character it begins at.
+struct SearchRange {
+  std::string text;
+  int64_t begin = 0;
+};
+
+absl::StatusOr<SearchRange> search_range(const std::string& s, const CallArgs& args) {
+  const Value* start = arg(args, 1, "start");
+  const Value* end = arg(args, 2, "end");
+  const auto given = [](const Value* v) { return v != nullptr && !v->is_none(); };
+  if (!given(start) && !given(end)) return SearchRange{s, 0};
+  for (const Value* v : {start, end})
+    if (given(v) && !v->is_integral())
+      return absl::InvalidArgumentError("slice indices must be integers or None");
+  const std::vector<char32_t> cps = utf8_decode(s);
+  const auto n = static_cast<int64_t>(cps.size());
+  const auto index = [&](const Value* v, int64_t absent) {
+    if (!given(v)) return absent;
+    const int64_t i = v->as_int();
+    return std::clamp<int64_t>(i < 0 ? i + n : i, 0, n);
+  };
+  const int64_t b = index(start, 0), e = std::max(b, index(end, n));
+  return SearchRange{utf8_encode(cps, static_cast<std::size_t>(b), static_cast<std::size_t>(e)), b};
+}
+
 template <typename Pred>
 bool all_chars(const std::string& s, Pred pred) {
   const std::vector<char32_t> cps = utf8_decode(s);
@@ -105,7 +132,9 @@ absl::StatusOr<Value> BoundMethod::call_str(Evaluator& ev, const CallArgs& args)
   }
   if (m == "splitlines") return string_list(py_splitlines(s));
   if (m == "startswith" || m == "endswith") {
-    HEARTH_ASSIGN_OR_RETURN(bool r, affix_match(s, arg(args, 0, "prefix"), m == "startswith"));
+    HEARTH_ASSIGN_OR_RETURN(const SearchRange range, search_range(s, args));
+    HEARTH_ASSIGN_OR_RETURN(bool r,
+                            affix_match(range.text, arg(args, 0, "prefix"), m == "startswith"));
     return Value::boolean(r);
   }
   if (m == "lower") return Value::string(py_lower(s));
@@ -125,16 +154,19 @@ absl::StatusOr<Value> BoundMethod::call_str(Evaluator& ev, const CallArgs& args)
   if (m == "find" || m == "rfind" || m == "count") {
     HEARTH_ASSIGN_OR_RETURN(auto sub, str_arg(args, 0, "sub"));
     if (!sub) return absl::InvalidArgumentError(str_cat(m, "() needs a string"));
+    HEARTH_ASSIGN_OR_RETURN(const SearchRange range, search_range(s, args));
+    const std::string& t = range.text;
     if (m == "count") {
-      if (sub->empty()) return Value::integer(static_cast<int64_t>(utf8_length(s) + 1));
+      if (sub->empty()) return Value::integer(static_cast<int64_t>(utf8_length(t) + 1));
       int64_t n = 0;
-      for (size_t at = s.find(*sub); at != std::string::npos; at = s.find(*sub, at + sub->size()))
+      for (size_t at = t.find(*sub); at != std::string::npos; at = t.find(*sub, at + sub->size()))
         ++n;
       return Value::integer(n);
     }
-    const size_t at = m == "find" ? s.find(*sub) : s.rfind(*sub);
+    const size_t at = m == "find" ? t.find(*sub) : t.rfind(*sub);
     if (at == std::string::npos) return Value::integer(-1);
-    return Value::integer(static_cast<int64_t>(utf8_length(std::string_view(s).substr(0, at))));
+    return Value::integer(range.begin +
+                          static_cast<int64_t>(utf8_length(std::string_view(t).substr(0, at))));
   }
   if (m == "join") {
     const Value* items = arg(args, 0, "iterable");

@@ -33,8 +33,7 @@ std::vector<std::string> split_whitespace(std::string_view s, int64_t maxsplit, 
     if (i == cps.size()) break;
     size_t j = i;
     if (maxsplit >= 0 && static_cast<int64_t>(out.size()) == maxsplit) {
-      j = cps.size();
-      while (j > i && is_py_space(cps[j - 1])) --j;
+      j = cps.size();  // the rest, its far end's whitespace kept (as Python's)
     } else {
       while (j < cps.size() && !is_py_space(cps[j])) ++j;
     }

@@ -5,6 +5,7 @@
 #include "absl/status/status.h"
 #include "base/status_macros.h"
 #include "base/str_cat.h"
+#include "chat/builtins.h"
 #include "chat/json_value.h"
 #include "chat/parser.h"
 
@@ -13,6 +14,13 @@ namespace hearth::chat {
 absl::StatusOr<ChatTemplate> ChatTemplate::parse(std::string_view source) {
   HEARTH_ASSIGN_OR_RETURN(Body body, parse_template(source));
   return ChatTemplate(std::make_shared<const Body>(std::move(body)));
+}
+
+bool reserved_name(std::string_view name) {
+  for (std::string_view set_by_context :
+       {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"})
+    if (name == set_by_context) return true;
+  return !find_global(name).is_undefined();
 }
 
 namespace {
@@ -26,6 +34,9 @@ absl::StatusOr<std::shared_ptr<Scope>> root_scope(const ChatContext& c) {
   if (!c.extra.is_object())
     return absl::InvalidArgumentError("chat context field 'extra' must be a JSON object");
   for (const auto& [key, value] : c.extra.items()) {
+    if (reserved_name(key))
+      return absl::InvalidArgumentError(
+          str_cat("chat context field 'extra': '", key, "' is a name the context sets itself"));
     auto v = value_from_json(value);
     if (!v.ok()) return context_error(key, v.status());
     root->set(key, std::move(*v));

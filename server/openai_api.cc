@@ -9,6 +9,7 @@
 #include "base/json_shape.h"
 #include "base/status_macros.h"
 #include "base/str_cat.h"
+#include "chat/chat_template.h"
 #include "engine/sequence.h"
 #include "engine/unicode.h"
 #include "hearth/v1/inference.pb.h"
@@ -354,6 +355,11 @@ absl::Status read_chat(const Json& body, std::size_t max_tokens_limit, std::uint
   }
   if (const Json* kwargs = field(body, "chat_template_kwargs"); kwargs != nullptr) {
     if (!kwargs->is_object()) return invalid("chat_template_kwargs: must be an object");
+    for (const auto& [key, value] : kwargs->items())
+      if (chat::reserved_name(key))
+        return invalid(str_cat("chat_template_kwargs.", key,
+                               ": the server sets this name itself (send messages, tools and "
+                               "add_generation_prompt as the request's own fields)"));
     c.extra = *kwargs;
   }
 

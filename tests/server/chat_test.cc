@@ -270,6 +270,10 @@ TEST_F(ChatTest, BadFieldsAreInvalidArgumentNamingThem) {
   v1::ChatRequest kwargs = chat_request("stories", {{"user", "x"}});
   kwargs.set_template_kwargs("[1]");
   cases.push_back({"kwargs not an object", kwargs, "template_kwargs"});
+  v1::ChatRequest reserved = chat_request("stories", {{"user", "x"}});
+  reserved.set_template_kwargs(R"({"tools": [{"type": "function"}]})");
+  cases.push_back(
+      {"kwargs naming tools", reserved, "template_kwargs: 'tools' is a name the server"});
   v1::ChatRequest calls = chat_request("stories", {{"user", "x"}, {"assistant", ""}});
   calls.mutable_messages(1)->set_tool_calls("not json");
   cases.push_back({"tool_calls not JSON", calls, "messages[1].tool_calls"});

@@ -267,6 +267,17 @@ TEST(OpenAiRequest, RefusalsNameTheField) {
   EXPECT_EQ(refusal(chat(R"({"model": "m", "messages": [{"role": "user", "content": "x"}],
                              "top_logprobs": 30})")),
             "top_logprobs: 30 is out of range: allowed [0, 20]");
+  // Template variables may not replace what the server sets or the template
+  // functions (tools past the server's checks, a silenced raise_exception).
+  for (const char* name : {"tools", "messages", "add_generation_prompt", "bos_token",
+                           "raise_exception", "strftime_now", "namespace"}) {
+    EXPECT_EQ(refusal(chat(std::string(R"({"model": "m", "messages": [{"role": "user",
+                              "content": "x"}], "chat_template_kwargs": {")") +
+                           name + R"(": 1}})")),
+              std::string("chat_template_kwargs.") + name +
+                  ": the server sets this name itself (send messages, tools and "
+                  "add_generation_prompt as the request's own fields)");
+  }
 }
 
 // A body nested past kMaxRequestJsonNesting is refused before it is parsed:

@@ -75,6 +75,28 @@ Loaded load(const std::filesystem::path& p) {
   return l;
 }
 
+// `l`'s file with metadata key `key` written anew by `write`, and its tokenizer.
+Loaded with_key(const Loaded& l, std::string_view key,
+                const std::function<void(GgufWriter&)>& write) {
+  Loaded out;
+  auto f = GgufFile::parse(testing::rewrite(
+                               *l.file,
+                               [&](const GgufKv& kv, GgufWriter& w) {
+                                 if (kv.key != key) return false;
+                                 write(w);
+                                 return true;
+                               },
+                               nullptr),
+                           "rewritten.gguf");
+  EXPECT_TRUE(f.ok()) << f.status();
+  if (!f.ok()) return out;
+  out.file = std::move(*f);
+  auto t = Tokenizer::from_gguf(*out.file);
+  EXPECT_TRUE(t.ok()) << t.status();
+  if (t.ok()) out.tok = std::move(*t);
+  return out;
+}
+
 constexpr TokenizeOptions kRaw{.add_bos = false, .add_eos = false, .parse_special = false};
 
 std::string ids_text(const Ids& ids) {
@@ -318,22 +340,14 @@ TEST(Tokenizer, MetadataDefaults) {
 
   // Llama 3.1's <|eom_id|> (end of a tool-calling message) ends generation
   // by its text too, as llama.cpp's list has it: <|user|> renamed so.
-  auto eom = GgufFile::parse(testing::rewrite(
-                                 *phi3.file,
-                                 [&](const GgufKv& kv, GgufWriter& w) {
-                                   if (kv.key != "tokenizer.ggml.tokens") return false;
-                                   auto tokens = phi3.file->get_string_array(kv.key);
-                                   std::vector<std::string> renamed(tokens->begin(), tokens->end());
-                                   renamed[32010] = "<|eom_id|>";
-                                   w.add_string_array(kv.key, renamed);
-                                   return true;
-                                 },
-                                 nullptr),
-                             "eom.gguf");
-  ASSERT_TRUE(eom.ok()) << eom.status();
-  auto eom_tok = Tokenizer::from_gguf(**eom);
-  ASSERT_TRUE(eom_tok.ok()) << eom_tok.status();
-  EXPECT_TRUE((*eom_tok)->is_eog(32010));
+  const Loaded eom = with_key(phi3, "tokenizer.ggml.tokens", [&](GgufWriter& w) {
+    auto tokens = phi3.file->get_string_array("tokenizer.ggml.tokens");
+    std::vector<std::string> renamed(tokens->begin(), tokens->end());
+    renamed[32010] = "<|eom_id|>";
+    w.add_string_array("tokenizer.ggml.tokens", renamed);
+  });
+  ASSERT_NE(eom.tok, nullptr);
+  EXPECT_TRUE(eom.tok->is_eog(32010));
 }
 
 // ---- Special tokens -----------------------------------------------------------------------------
@@ -358,20 +372,11 @@ TEST(Tokenizer, Phi3ModelsDropTheWhitespaceAfterSpecialTokens) {
   EXPECT_EQ(*t.encode("<s> y", special), (Ids{1, 29871, 343}));
   EXPECT_EQ(*t.encode("<|endoftext|> y", special), (Ids{32000, 29871, 343}));
 
-  auto renamed = GgufFile::parse(testing::rewrite(
-                                     *l.file,
-                                     [](const GgufKv& kv, GgufWriter& w) {
-                                       if (kv.key != "general.name") return false;
-                                       w.add_string(kv.key, "Mini Instruct");
-                                       return true;
-                                     },
-                                     nullptr),
-                                 "renamed-phi-3.gguf");
-  ASSERT_TRUE(renamed.ok()) << renamed.status();
-  auto other = Tokenizer::from_gguf(**renamed);
-  ASSERT_TRUE(other.ok()) << other.status();
-  EXPECT_EQ(*(*other)->encode("<|user|>\nHi", special), (Ids{32010, 29871, 13, 18567}));
-  EXPECT_EQ(*(*other)->encode("</s>  y", kRaw), (Ids{2, 259, 343}));
+  const Loaded other = with_key(
+      l, "general.name", [](GgufWriter& w) { w.add_string("general.name", "Mini Instruct"); });
+  ASSERT_NE(other.tok, nullptr);
+  EXPECT_EQ(*other.tok->encode("<|user|>\nHi", special), (Ids{32010, 29871, 13, 18567}));
+  EXPECT_EQ(*other.tok->encode("</s>  y", kRaw), (Ids{2, 259, 343}));
 }
 
 TEST(Tokenizer, SpecialTokensAreParsedOnlyWhenAsked) {

@@ -128,7 +128,9 @@ absl::Status read_response_format(const Json& body, engine::GenerationRequest& o
   if (!type) return invalid("response_format.type: missing (text, json_object or json_schema)");
   hearth::v1::ResponseFormat format;
   if (*type == "json_object") {
-    format.set_any_json(true);
+    // OpenAI's JSON mode: an object (any JSON value would let a bare string
+    // through, which no client of this mode expects).
+    format.set_json_schema(R"({"type":"object","additionalProperties":true})");
   } else if (*type == "json_schema") {
     const Json* spec = field(*v, "json_schema");
     if (spec == nullptr || !spec->is_object())

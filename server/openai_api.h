@@ -9,7 +9,7 @@
 // (max_completion_tokens for chat), temperature, top_p, seed, stop (a string
 // or an array), presence_penalty, frequency_penalty, logprobs (completions:
 // how many alternatives, 0-20; chat: a boolean, with top_logprobs 0-20),
-// response_format (text, json_object, json_schema), stream,
+// response_format (text, json_object: an object, json_schema), stream,
 // stream_options.include_usage, n (1 only), tools (chat: handed to the
 // template), user; hearth's extras as llama.cpp's server takes them: top_k,
 // min_p, repetition_penalty (or repeat_penalty), repeat_last_n, ignore_eos,

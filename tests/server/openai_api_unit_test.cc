@@ -8,6 +8,7 @@
 #include <string>
 
 #include "engine/sequence.h"
+#include "grammar/matcher.h"
 #include "nlohmann/json.hpp"
 #include "server/model_registry.h"
 
@@ -160,7 +161,12 @@ TEST(OpenAiRequest, ResponseFormatsCompileToGrammars) {
       chat(R"({"model": "m", "messages": [{"role": "user", "content": "x"}],
                                          "response_format": {"type": "json_object"}})");
   ASSERT_TRUE(any.ok()) << any.status();
-  EXPECT_NE(any->chat.request.grammar, nullptr);
+  ASSERT_NE(any->chat.request.grammar, nullptr);
+  // JSON mode is an object, not any JSON value.
+  grammar::Matcher json_mode(any->chat.request.grammar);
+  EXPECT_TRUE(json_mode.can_accept(R"({"a": [1, "x"]})"));
+  EXPECT_FALSE(json_mode.can_accept(R"("a string")"));
+  EXPECT_FALSE(json_mode.can_accept("[1]"));
   absl::StatusOr<Request> schema =
       chat(R"({"model": "m", "messages": [{"role": "user", "content": "x"}],
       "response_format": {"type": "json_schema", "json_schema": {"name": "p", "strict": true,

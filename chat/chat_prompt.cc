@@ -17,7 +17,8 @@ absl::StatusOr<ChatPrompt> ChatPrompt::create(std::string_view source, std::stri
 
 absl::StatusOr<ChatPrompt> ChatPrompt::load(const std::string& override_path,
                                             std::optional<std::string_view> model_template,
-                                            std::string bos_token, std::string eos_token) {
+                                            std::string bos_token, std::string eos_token,
+                                            std::string override_flag) {
   if (override_path.empty()) {
     if (!model_template)
       return absl::FailedPreconditionError(
@@ -34,7 +35,7 @@ absl::StatusOr<ChatPrompt> ChatPrompt::load(const std::string& override_path,
   // clients, name only the flag.
   absl::StatusOr<ChatPrompt> prompt =
       create(*text, override_path, std::move(bos_token), std::move(eos_token));
-  if (prompt.ok()) prompt->origin_ = "--chat-template";
+  if (prompt.ok()) prompt->origin_ = std::move(override_flag);
   return prompt;
 }
 

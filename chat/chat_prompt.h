@@ -26,10 +26,12 @@ class ChatPrompt {
   // A model's template: the file at `override_path` when not empty (NotFound
   // naming it when unreadable), else `model_template`, the one the model
   // file carries (FailedPrecondition when it carries none). Parse errors
-  // as create().
+  // as create(); render errors of an override name `override_flag`, the
+  // flag that gave the file.
   static absl::StatusOr<ChatPrompt> load(const std::string& override_path,
                                          std::optional<std::string_view> model_template,
-                                         std::string bos_token, std::string eos_token);
+                                         std::string bos_token, std::string eos_token,
+                                         std::string override_flag = "--chat-template");
 
   // The prompt text for `context` (its bos_token and eos_token are set to the
   // model's). The template's own errors are INVALID_ARGUMENT naming the

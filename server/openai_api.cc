@@ -464,6 +464,8 @@ std::string event(const Json& value) { return str_cat("data: ", dump(value), "\n
 // The field an error message names: its text up to the first ':', ' ' or
 // '=' when that looks like a field path ("messages[2].role").
 std::string named_field(std::string_view message) {
+  // A chat template's refusal (its raise_exception) is about the conversation.
+  if (message.starts_with("chat template (")) return "messages";
   const std::size_t end = message.find_first_of(": =");
   if (end == std::string_view::npos || end == 0 || message.substr(end).starts_with(" body"))
     return "";

@@ -220,7 +220,7 @@ int render_chat(int argc, char** argv) {
   absl::StatusOr<chat::ChatPrompt> prompt = chat::ChatPrompt::load(
       flags.get("template"), own.ok() ? std::optional<std::string_view>(*own) : std::nullopt,
       std::string(t.bos() >= 0 ? t.piece(t.bos()) : std::string_view()),
-      std::string(t.eos() >= 0 ? t.piece(t.eos()) : std::string_view()));
+      std::string(t.eos() >= 0 ? t.piece(t.eos()) : std::string_view()), "--template");
   if (!prompt.ok()) return fail("hearth-model: " + std::string(prompt.status().message()));
   absl::StatusOr<std::string> text = prompt->render(std::move(context));
   if (!text.ok()) {

@@ -442,6 +442,11 @@ TEST(OpenAiError, StatusesAndBodies) {
       error_body(engine::context_length_exceeded("messages: 9113 tokens do not fit"), false));
   EXPECT_EQ(context["error"]["code"], "context_length_exceeded");
   EXPECT_EQ(context["error"]["param"], "messages");
+  // A chat template's refusal is about the conversation (it named "chat").
+  const Json refused = Json::parse(error_body(
+      absl::InvalidArgumentError("chat template (tokenizer.chat_template): roles must alternate"),
+      false));
+  EXPECT_EQ(refused["error"]["param"], "messages");
 }
 
 }  // namespace

@@ -760,6 +760,8 @@ TEST_F(ToolsTest, RenderChatPrintsTheTemplatesTextExactly) {
   EXPECT_EQ(r.exit_code, 1) << r.err;
   EXPECT_TRUE(r.out.empty()) << r.out;
   EXPECT_NE(r.err.find("Conversation roles must alternate"), std::string::npos) << r.err;
+  EXPECT_NE(r.err.find("chat template (--template)"), std::string::npos)
+      << r.err;  // this tool's flag
   // stories260K carries no template of its own; bad files are named.
   r = model({"render-chat", stories(), "--messages", messages});
   EXPECT_EQ(r.exit_code, 2);

@@ -34,6 +34,7 @@
 #include "engine/tokenizer.h"
 #include "kernels/fp16.h"
 #include "kernels/gguf_blocks.h"
+#include "kernels/gguf_kquants.h"
 #include "kernels/gguf_legacy_blocks.h"
 #include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
@@ -60,7 +61,10 @@ constexpr const char* kUsage = R"(usage:
       --no-generation-prompt             end without opening the assistant's turn
   hearth-model quantize IN OUT --type q8_0|q4_0|q4_1|q5_0|q5_1
                                          F32/F16/BF16 2-D weights -> that type; rows whose length is
-                                         not a multiple of 32 stay as they are; 1-D tensors stay F32
+                                         not a multiple of 32 stay as they are; 1-D tensors stay F32;
+                                         for the 4- and 5-bit types the output projection (or the
+                                         tied embedding) is Q6_K, or Q8_0 for rows not a multiple of
+                                         256, as llama-quantize writes it
   hearth-model perplexity FILE --text FILE [flags]
                                          perplexity of the model over a text (llama.cpp's method:
                                          chunks of --context tokens from an empty KV cache, BOS
@@ -254,7 +258,7 @@ struct QuantizeType {
   const char* name;
   GgmlType ggml;
   std::uint32_t file_type;
-  std::size_t block_bytes;
+  std::size_t block_elements, block_bytes;
   void (*encode)(const float* x, char* out, std::size_t n);
 };
 
@@ -266,15 +270,32 @@ void encode_blocks(const float* x, char* out, std::size_t n) {
 const QuantizeType* quantize_type(const std::string& name) {
   using namespace kernels;
   static constexpr QuantizeType kTypes[] = {
-      {"q8_0", GgmlType::kQ8_0, 7, sizeof(BlockQ8_0), encode_blocks<BlockQ8_0, quantize_row_q8_0>},
-      {"q4_0", GgmlType::kQ4_0, 2, sizeof(BlockQ4_0), encode_blocks<BlockQ4_0, quantize_row_q4_0>},
-      {"q4_1", GgmlType::kQ4_1, 3, sizeof(BlockQ4_1), encode_blocks<BlockQ4_1, quantize_row_q4_1>},
-      {"q5_0", GgmlType::kQ5_0, 8, sizeof(BlockQ5_0), encode_blocks<BlockQ5_0, quantize_row_q5_0>},
-      {"q5_1", GgmlType::kQ5_1, 9, sizeof(BlockQ5_1), encode_blocks<BlockQ5_1, quantize_row_q5_1>},
+      {"q8_0", GgmlType::kQ8_0, 7, 32, sizeof(BlockQ8_0),
+       encode_blocks<BlockQ8_0, quantize_row_q8_0>},
+      {"q4_0", GgmlType::kQ4_0, 2, 32, sizeof(BlockQ4_0),
+       encode_blocks<BlockQ4_0, quantize_row_q4_0>},
+      {"q4_1", GgmlType::kQ4_1, 3, 32, sizeof(BlockQ4_1),
+       encode_blocks<BlockQ4_1, quantize_row_q4_1>},
+      {"q5_0", GgmlType::kQ5_0, 8, 32, sizeof(BlockQ5_0),
+       encode_blocks<BlockQ5_0, quantize_row_q5_0>},
+      {"q5_1", GgmlType::kQ5_1, 9, 32, sizeof(BlockQ5_1),
+       encode_blocks<BlockQ5_1, quantize_row_q5_1>},
   };
   for (const QuantizeType& t : kTypes)
     if (name == t.name) return &t;
   return nullptr;
+}
+
+// The output projection's type (the token embedding's when the file ties
+// the two): more precise than a 4- or 5-bit target, as llama-quantize
+// chooses: Q6_K where its rows are whole 256-element blocks, else Q8_0.
+const QuantizeType& output_type(const QuantizeType& target, std::uint64_t row) {
+  using namespace kernels;
+  static constexpr QuantizeType kQ6_K = {
+      "q6_k", GgmlType::kQ6_K,   18,
+      256,    sizeof(BlockQ6_K), encode_blocks<BlockQ6_K, quantize_row_q6_k>};
+  if (target.ggml == GgmlType::kQ8_0) return target;
+  return row % 256 == 0 ? kQ6_K : *quantize_type("q8_0");
 }
 
 int quantize(int argc, char** argv) {
@@ -318,6 +339,8 @@ int quantize(int argc, char** argv) {
   // GGML_QNT_VERSION; 2 since the Q4/Q5/Q8 layouts of May 2023).
   if (g.find("general.quantization_version") == nullptr)
     w.add_uint32("general.quantization_version", 2);
+  const std::string_view output_name =
+      g.find_tensor("output.weight") != nullptr ? "output.weight" : "token_embd.weight";
   int converted = 0, kept = 0;
   for (const auto& t : g.tensors()) {
     std::vector<std::uint64_t> dims(t.dims, t.dims + t.n_dims);
@@ -330,9 +353,13 @@ int quantize(int argc, char** argv) {
       ++kept;
       continue;
     }
-    std::string out(x->size() / 32 * qt->block_bytes, '\0');
-    qt->encode(x->data(), out.data(), x->size());
-    w.add_tensor(t.name, dims, qt->ggml, out);
+    const QuantizeType& type = t.name == output_name ? output_type(*qt, t.dims[0]) : *qt;
+    std::string out(x->size() / type.block_elements * type.block_bytes, '\0');
+    type.encode(x->data(), out.data(), x->size());
+    w.add_tensor(t.name, dims, type.ggml, out);
+    if (&type != qt)
+      std::fprintf(stderr, "hearth-model: %s as %s, as llama-quantize keeps it\n",
+                   std::string(t.name).c_str(), engine::ggml_type_name(type.ggml).c_str());
     ++converted;
   }
   if (auto s = w.write(out_path); !s.ok()) return fail("hearth-model: " + std::string(s.message()));

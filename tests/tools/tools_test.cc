@@ -523,6 +523,11 @@ TEST_F(ToolsTest, QuantizeWritesLoadableFilesOfEachType) {
         EXPECT_EQ(t.type, GgmlType::kF32) << name;
         EXPECT_EQ(std::memcmp(t.data, orig->data, t.n_bytes), 0) << name;
         ++norms;
+      } else if (name == "output.weight" && ggml != GgmlType::kQ8_0) {
+        // The output projection keeps more precision, as llama-quantize's:
+        // Q6_K for rows of whole 256-blocks, else (64 wide here) Q8_0.
+        EXPECT_EQ(t.type, GgmlType::kQ8_0) << name;
+        ++quantized;
       } else {
         EXPECT_EQ(t.type, ggml) << name;
         ++quantized;
@@ -603,6 +608,26 @@ TEST_F(ToolsTest, QuantizeRefusesBadArguments) {
       << r.err;
   for (const auto& e : fs::directory_iterator(path("")))
     EXPECT_EQ(e.path().filename().string().find(".partial"), std::string::npos) << e.path();
+}
+
+// Rows of whole 256-blocks give the output projection Q6_K (llama-quantize's
+// choice for 4- and 5-bit files), and the file generates.
+TEST_F(ToolsTest, QuantizeGivesTheOutputProjectionQ6KWhereItFits) {
+  const std::string f32 = path("f32.gguf").string(), q4 = path("q4.gguf").string();
+  ASSERT_EQ(model({"synth", f32, "--type", "f32", "--dim", "256", "--layers", "2", "--heads", "4",
+                   "--ffn", "512", "--vocab", "512", "--context", "128"})
+                .exit_code,
+            0);
+  const ProcessResult r = model({"quantize", f32, q4, "--type", "q4_0"});
+  ASSERT_EQ(r.exit_code, 0) << r.err;
+  EXPECT_NE(r.err.find("output.weight as Q6_K"), std::string::npos) << r.err;
+  auto f = GgufFile::open(q4);
+  ASSERT_TRUE(f.ok()) << f.status();
+  EXPECT_EQ((*f)->find_tensor("output.weight")->type, GgmlType::kQ6_K);
+  EXPECT_EQ((*f)->find_tensor("blk.0.ffn_up.weight")->type, GgmlType::kQ4_0);
+  const ProcessResult g =
+      generate({"--model", q4, "--prompt", "the cat", "--max-tokens", "8", "--ignore-eos"});
+  EXPECT_EQ(g.exit_code, 0) << g.err;
 }
 
 // Gemma files always carry a window, and llama.cpp aborts on 0: a synthetic

@@ -165,16 +165,24 @@ absl::StatusOr<const float*> Sequence::constrain(const float* logits, MemoryAllo
   const bool complete = constraint_->complete();
   for (std::int32_t id : tokenizer_.eog_tokens()) masked[id] = complete ? logits[id] : kRefused;
   const bool any = std::any_of(masked, masked + n_vocab_, [](float l) { return l != kRefused; });
-  if (!any && constraint_->bounds_refuse())
-    return absl::FailedPreconditionError(str_cat(
-        "response_format: the output so far passes the grammar matcher's bounds (more than ",
-        grammar::ParseState::kMaxParses, " ways to parse it, or ", grammar::ParseState::kMaxDepth,
-        " rules deep, or too many expansion steps for one character), so no token can follow "
-        "it; make the grammar less ambiguous"));
-  if (!any)
-    return absl::FailedPreconditionError(
-        "response_format: no token of the vocabulary can continue the output");
-  return masked;
+  if (any) return masked;
+  using Cause = grammar::ConstrainedOutput::EmptyMaskCause;
+  switch (constraint_->why_empty()) {
+    case Cause::kBounds:
+      return absl::FailedPreconditionError(str_cat(
+          "response_format: the output so far passes the grammar matcher's bounds (more than ",
+          grammar::ParseState::kMaxParses, " ways to parse it, or ", grammar::ParseState::kMaxDepth,
+          " rules deep, or too many expansion steps for one character), so no token can follow "
+          "it; make the grammar less ambiguous"));
+    case Cause::kWorkBudget:
+      return absl::FailedPreconditionError(
+          "response_format: no token can continue the output, and finding out why took more "
+          "than the grammar's work budget; make the grammar less ambiguous");
+    case Cause::kGrammar:
+      break;
+  }
+  return absl::FailedPreconditionError(
+      "response_format: no token of the vocabulary can continue the output");
 }
 
 void Sequence::cancel(const TokenCallback& emit) {

@@ -90,12 +90,22 @@ void MaskCache::insert(std::uint64_t vocabulary, const std::string& key,
 
 ConstrainedOutput::ConstrainedOutput(std::shared_ptr<const Grammar> grammar,
                                      std::shared_ptr<const VocabularyIndex> vocabulary,
-                                     std::uint64_t max_work)
+                                     std::uint64_t work_per_token)
     : grammar_(std::move(grammar)),
       vocabulary_(std::move(vocabulary)),
       state_(initial_state(*grammar_)),
-      max_work_(max_work),
-      work_left_(max_work) {}
+      work_per_token_(work_per_token != 0
+                          ? work_per_token
+                          : std::max(kMinWorkPerToken, kWorkPerEntry * vocabulary_->size())),
+      work_left_(kBankTokens * work_per_token_) {}
+
+absl::Status ConstrainedOutput::over_budget() const {
+  return absl::FailedPreconditionError(str_cat(
+      "response_format: following the grammar took more than ", work_per_token_,
+      " matcher steps per generated token: the text so far can be parsed in so many ways that each "
+      "token's "
+      "mask is a new, long walk of the vocabulary; make the grammar or pattern less ambiguous"));
+}
 
 absl::StatusOr<std::span<const std::uint64_t>> ConstrainedOutput::allowed() {
   if (mask_ == nullptr) {
@@ -108,12 +118,7 @@ absl::StatusOr<std::span<const std::uint64_t>> ConstrainedOutput::allowed() {
       std::uint64_t work = 0;
       std::optional<TokenMask> walked = vocabulary_->mask(*grammar_, state_, work_left_, &work);
       work_left_ -= std::min(work, work_left_);
-      if (!walked)
-        return absl::FailedPreconditionError(str_cat(
-            "response_format: following the grammar took more than ", max_work_,
-            " matcher steps for this output (the text so far can be parsed in so many ways that "
-            "each token's mask is a new walk of the vocabulary); make the grammar or pattern less "
-            "ambiguous"));
+      if (!walked) return over_budget();
       auto computed = std::make_shared<const TokenMask>(*std::move(walked));
       cache.insert(vocabulary_->serial(), key_, computed);
       mask_ = std::move(computed);
@@ -123,12 +128,13 @@ absl::StatusOr<std::span<const std::uint64_t>> ConstrainedOutput::allowed() {
   return std::span<const std::uint64_t>(*mask_);
 }
 
-bool ConstrainedOutput::bounds_refuse() {
+ConstrainedOutput::EmptyMaskCause ConstrainedOutput::why_empty() {
   const std::uint64_t before = bound_refusals();
   std::uint64_t work = 0;
   const bool walked = vocabulary_->mask(*grammar_, state_, work_left_, &work).has_value();
   work_left_ -= std::min(work, work_left_);
-  return !walked || bound_refusals() != before;
+  if (!walked) return EmptyMaskCause::kWorkBudget;
+  return bound_refusals() != before ? EmptyMaskCause::kBounds : EmptyMaskCause::kGrammar;
 }
 
 bool ConstrainedOutput::accept_token(std::int32_t id) {
@@ -142,6 +148,7 @@ bool ConstrainedOutput::accept_token(std::int32_t id) {
   }
   std::swap(state_, next_);
   mask_ = nullptr;
+  work_left_ = std::min(kBankTokens * work_per_token_, work_left_ + work_per_token_);
   return true;
 }
 

@@ -74,47 +74,60 @@ class MaskCache {
 // and the mask of the tokens that may come next. Not thread-safe (one
 // sequence's driver); the grammar and vocabulary are shared.
 //
-// The masks one output computes may take at most kMaxWork of the matcher's
-// work in all: an ambiguous grammar (a pattern like "(.*a){200}") can make
-// every token's mask a new state that costs seconds to walk, and the walk
-// runs on the thread that steps every sequence of the model. About 100x
-// the widest mask of a JSON schema over a 32,000-token vocabulary (a state
-// inside a string: 2.7M), under a second of one core.
+// The masks are walked on the thread that steps every sequence of the
+// model, and an ambiguous grammar (a pattern like "(.*a){200}") can make
+// each token's mask a new state that costs seconds to walk. So the walks of
+// one output may take, on average, a work budget per token it generates:
+// kWorkPerEntry of the matcher's steps (matcher_work()) per vocabulary
+// entry and at least kMinWorkPerToken (a few ms; small vocabularies), banked
+// for at most kBankTokens tokens (which is also what the first mask may
+// take). An ordinary JSON schema's widest mask costs about
+// 70 per entry (a state inside a string, where a maxLength makes every
+// token's state new), at 32,000 entries as at 128,000.
 class ConstrainedOutput {
  public:
-  static constexpr std::uint64_t kMaxWork = std::uint64_t{256} << 20;
+  static constexpr std::uint64_t kWorkPerEntry = 256;
+  static constexpr std::uint64_t kMinWorkPerToken = std::uint64_t{1} << 20;
+  static constexpr std::uint64_t kBankTokens = 16;
 
+  // `work_per_token` 0: kWorkPerEntry x the vocabulary's size, at least
+  // kMinWorkPerToken.
   ConstrainedOutput(std::shared_ptr<const Grammar> grammar,
                     std::shared_ptr<const VocabularyIndex> vocabulary,
-                    std::uint64_t max_work = kMaxWork);
+                    std::uint64_t work_per_token = 0);
 
   // Bit per token id: whether the grammar allows that token next. Valid
-  // until accept_token(). FailedPrecondition once the masks computed would
-  // take more than kMaxWork.
+  // until accept_token(). FailedPrecondition, naming response_format, once
+  // a mask would take more than the budget has left.
   absl::StatusOr<std::span<const std::uint64_t>> allowed();
   // Advances past token `id`; false (state unchanged) when the grammar
   // refuses it.
   bool accept_token(std::int32_t id);
   bool complete() const { return state_.complete(); }
   bool must_end() const { return state_.must_end(); }
-  // Whether the matcher's bounds (grammar::bound_refusals()) refused
-  // some token now, rather than the grammar: the output so far can be parsed
-  // in too many ways. Computes the mask again (within what is left of
-  // kMaxWork; true when that runs out): for error messages.
-  bool bounds_refuse();
+
+  // Why allowed() gave an empty mask: the grammar itself, the matcher's
+  // bounds (grammar::bound_refusals(): the output so far can be parsed in
+  // too many ways), or the work budget running out while finding out.
+  // Walks the mask again, within what is left of the budget: for error
+  // messages.
+  enum class EmptyMaskCause { kGrammar, kBounds, kWorkBudget };
+  EmptyMaskCause why_empty();
 
   std::size_t masks_computed() const { return computed_; }
   std::size_t masks_cached() const { return cached_; }
 
  private:
+  absl::Status over_budget() const;
+
   std::shared_ptr<const Grammar> grammar_;
   std::shared_ptr<const VocabularyIndex> vocabulary_;
   ParseState state_, next_, step_;  // next_, step_: reused storage of accept_token()
   std::string key_;
   std::shared_ptr<const TokenMask> mask_;  // of state_, or null until allowed()
   std::size_t computed_ = 0, cached_ = 0;
-  const std::uint64_t max_work_;
-  std::uint64_t work_left_;
+  const std::uint64_t work_per_token_;
+  std::uint64_t work_left_;  // at most kBankTokens x work_per_token_
 };
 
 }  // namespace hearth::grammar

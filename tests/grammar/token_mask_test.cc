@@ -6,6 +6,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <random>
 #include <string>
 #include <vector>
@@ -109,55 +110,69 @@ TEST(TokenMask, TellsTheBoundsRefusalsFromTheGrammars) {
   auto vocab = std::make_shared<const VocabularyIndex>(std::vector<std::string>{"x", "y", "z"});
   ConstrainedOutput ambiguous(parse_ok("root ::= \"x\" \"y\" (\"a\"?){10000} \"b\""), vocab);
   EXPECT_EQ(ambiguous.allowed().value()[0], 0b001u);
-  EXPECT_FALSE(ambiguous.bounds_refuse());
+  EXPECT_EQ(ambiguous.why_empty(), ConstrainedOutput::EmptyMaskCause::kGrammar);
   ASSERT_TRUE(ambiguous.accept_token(0));
   EXPECT_EQ(ambiguous.allowed().value()[0], 0u);
-  EXPECT_TRUE(ambiguous.bounds_refuse());
+  EXPECT_EQ(ambiguous.why_empty(), ConstrainedOutput::EmptyMaskCause::kBounds);
 
   ConstrainedOutput plain(parse_ok("root ::= \"x\" \"q\""), vocab);
   ASSERT_TRUE(plain.accept_token(0));
   EXPECT_EQ(plain.allowed().value()[0], 0u);
-  EXPECT_FALSE(plain.bounds_refuse());
+  EXPECT_EQ(plain.why_empty(), ConstrainedOutput::EmptyMaskCause::kGrammar);
 }
 
-// The masks one output walks share one work budget: with "a"s that each
-// leave a new state (one more optional "a" used), an output allowed one
-// step less than five masks take gets four and then an error, while a
-// second output of the same grammar reads those four from the cache for
+// The masks one output walks share a work budget that grows with the
+// tokens it generates. With "a"s that each leave a new state (one more
+// optional "a" used), an output allowed at least each mask's cost per token
+// never runs out; one allowed much less runs out once its banked start is
+// spent, and then stays out; a second output of
+// the same grammar reads the masks the first computed from the cache for
 // free.
-TEST(TokenMask, AnOutputsMaskWalksStopAtItsWorkBudget) {
-  auto grammar = parse_ok("root ::= (\"a\"?){10} \"b\"");
+TEST(TokenMask, AnOutputsMaskWalksSpendAWorkBudgetPerToken) {
+  const std::string gbnf = "root ::= (\"a\"?){40} \"b\"";
   auto vocab = std::make_shared<const VocabularyIndex>(std::vector<std::string>{"a", "b", "ab"});
-  std::uint64_t five = 0;
+  std::uint64_t widest = 0, narrowest = ~std::uint64_t{0};
   {
-    auto fresh = parse_ok("root ::= (\"a\"?){10} \"b\"");  // its own mask cache
-    ConstrainedOutput unbounded(fresh, vocab);
-    for (int i = 0; i < 5; ++i) {
+    ConstrainedOutput measured(parse_ok(gbnf), vocab);  // its own grammar: its own cache
+    for (int i = 0; i < 30; ++i) {
       const std::uint64_t before = matcher_work();
-      ASSERT_EQ(unbounded.allowed().value()[0], 0b111u);
-      five += matcher_work() - before;
-      ASSERT_TRUE(unbounded.accept_token(0));
+      ASSERT_EQ(measured.allowed().value()[0], 0b111u);
+      widest = std::max(widest, matcher_work() - before);
+      narrowest = std::min(narrowest, matcher_work() - before);
+      ASSERT_TRUE(measured.accept_token(0));
     }
   }
-  ConstrainedOutput bounded(grammar, vocab, five - 1);
-  for (int i = 0; i < 4; ++i) {
-    ASSERT_EQ(bounded.allowed().value()[0], 0b111u);
-    ASSERT_TRUE(bounded.accept_token(0));
+  ASSERT_GT(narrowest, 1u);
+  ConstrainedOutput enough(parse_ok(gbnf), vocab, widest);
+  for (int i = 0; i < 30; ++i) {
+    ASSERT_TRUE(enough.allowed().ok()) << "token " << i;
+    ASSERT_TRUE(enough.accept_token(0));
   }
-  const absl::StatusOr<std::span<const std::uint64_t>> fifth = bounded.allowed();
-  EXPECT_EQ(fifth.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_NE(fifth.status().message().find("response_format: following the grammar took more than"),
-            std::string_view::npos)
-      << fifth.status();
-  EXPECT_FALSE(bounded.allowed().ok());  // the budget stays spent
-  EXPECT_TRUE(bounded.bounds_refuse());  // and the error path's walk stops too
 
-  ConstrainedOutput cached(grammar, vocab, 0);
-  for (int i = 0; i < 4; ++i) {
+  // The banked start pays for the widest mask (the first: 40 optional
+  // "a"s open), and the masks after it cost more than a 16th of that each.
+  auto grammar = parse_ok(gbnf);
+  ConstrainedOutput starved(grammar, vocab, widest / ConstrainedOutput::kBankTokens + 1);
+  int served = 0;
+  absl::StatusOr<std::span<const std::uint64_t>> mask = starved.allowed();
+  for (; mask.ok() && served < 30; mask = starved.allowed()) {
+    ++served;
+    ASSERT_TRUE(starved.accept_token(0));
+  }
+  EXPECT_GT(served, 0);  // the banked start pays for the first masks
+  EXPECT_LT(served, 30);
+  EXPECT_EQ(mask.status().code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_NE(mask.status().message().find("response_format: following the grammar took more than"),
+            std::string_view::npos)
+      << mask.status();
+  EXPECT_FALSE(starved.allowed().ok());  // the budget stays spent
+  EXPECT_EQ(starved.why_empty(), ConstrainedOutput::EmptyMaskCause::kWorkBudget);
+
+  ConstrainedOutput cached(grammar, vocab, 1);
+  for (int i = 0; i < served; ++i) {
     ASSERT_EQ(cached.allowed().value()[0], 0b111u);
     ASSERT_TRUE(cached.accept_token(0));
   }
-  EXPECT_FALSE(cached.allowed().ok());
 }
 
 TEST(TokenMask, CacheIsSharedByOutputsOfOneGrammar) {

@@ -95,6 +95,10 @@ absl::Status Evaluator::charge_copy(size_t n) {
   return charge(n / 1024);
 }
 
+absl::Status Evaluator::charge_read(const Value& v) {
+  return v.is_string() ? charge(v.as_string().size() / 256) : absl::OkStatus();
+}
+
 absl::Status Evaluator::check_items(size_t n) const {
   if (n > limits_.max_list_items)
     return absl::ResourceExhaustedError(

@@ -54,6 +54,9 @@ class Evaluator {
   // concatenation ran for hours within the step budget; a step of a loop
   // costs about as long as copying a few KiB).
   absl::Status charge_copy(size_t n);
+  // For builtins that read a whole string (a filter, a method, a slice: they
+  // decode or copy it): a step per 256 bytes of it; nothing for other values.
+  absl::Status charge_read(const Value& v);
   const RenderLimits& limits() const { return limits_; }
   int64_t now() const { return now_; }
 

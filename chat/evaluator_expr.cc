@@ -162,6 +162,7 @@ absl::StatusOr<Value> Evaluator::eval_slice(const Expr& e, const std::shared_ptr
     }
     bounds[i] = b.as_int();
   }
+  if (obj.is_string()) HEARTH_RETURN_IF_ERROR(locate(charge_read(obj), e.pos, "slice"));
   auto v = slice(obj, bounds[0], bounds[1], bounds[2]);
   if (!v.ok()) return locate(v.status(), e.pos, "slice");
   return v;
@@ -217,8 +218,9 @@ absl::StatusOr<Value> Evaluator::call_filter(std::string_view name, const Value&
                                              CallArgs args) {
   FilterFn f = find_filter(name);
   if (f == nullptr) return absl::InvalidArgumentError(str_cat("no filter named '", name, "'"));
+  HEARTH_RETURN_IF_ERROR(charge_read(input));
   HEARTH_ASSIGN_OR_RETURN(Value v, f(*this, input, args));
-  if (v.is_string()) HEARTH_RETURN_IF_ERROR(check_bytes(v.as_string().size()));
+  if (v.is_string()) HEARTH_RETURN_IF_ERROR(charge_copy(v.as_string().size()));
   return v;
 }
 

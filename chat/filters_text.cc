@@ -206,7 +206,7 @@ std::optional<double> parse_py_float(const std::string& text) {
   if (s.empty()) return std::nullopt;
   // Python's float() takes no hexadecimal (strtod does) and allows an
   // underscore between two digits ("1_0.5" is 10.5).
-  if (s.find_first_of("xX") != std::string::npos) return std::nullopt;
+  if (s.find_first_of("xX(") != std::string::npos) return std::nullopt;  // 0x1p3, nan(12)
   for (size_t i = s.find('_'); i != std::string::npos; i = s.find('_', i)) {
     if (i == 0 || i + 1 >= s.size() || !std::isdigit(static_cast<unsigned char>(s[i - 1])) ||
         !std::isdigit(static_cast<unsigned char>(s[i + 1])))

@@ -47,6 +47,7 @@ class BoundMethod : public Callable {
 };
 
 absl::StatusOr<Value> BoundMethod::call(Evaluator& ev, CallArgs args) const {
+  HEARTH_RETURN_IF_ERROR(ev.charge_read(self_));
   if (self_.is_string()) return call_str(ev, args);
   if (self_.is_dict()) return call_dict(args);
   return call_seq(args);
@@ -86,6 +87,7 @@ absl::StatusOr<bool> affix_match(const std::string& s, const Value* arg0, bool p
 struct SearchRange {
   std::string text;
   int64_t begin = 0;
+  bool exists = true;  // false: the range is empty and nothing matches in it
 };
 
 absl::StatusOr<SearchRange> search_range(const std::string& s, const CallArgs& args) {
@@ -103,7 +105,12 @@ absl::StatusOr<SearchRange> search_range(const std::string& s, const CallArgs& a
     const int64_t i = v->as_int();
     return std::clamp<int64_t>(i < 0 ? i + n : i, 0, n);
   };
-  const int64_t b = index(start, 0), e = std::max(b, index(end, n));
+  // Python finds nothing, not even "", in a range that starts past the end
+  // or ends before it starts.
+  const int64_t raw_start = given(start) ? start->as_int() : 0;
+  if ((raw_start < 0 ? raw_start + n : raw_start) > n) return SearchRange{{}, 0, false};
+  const int64_t b = index(start, 0), e = index(end, n);
+  if (e < b) return SearchRange{{}, 0, false};
   return SearchRange{utf8_encode(cps, static_cast<std::size_t>(b), static_cast<std::size_t>(e)), b};
 }
 
@@ -133,6 +140,7 @@ absl::StatusOr<Value> BoundMethod::call_str(Evaluator& ev, const CallArgs& args)
   if (m == "splitlines") return string_list(py_splitlines(s));
   if (m == "startswith" || m == "endswith") {
     HEARTH_ASSIGN_OR_RETURN(const SearchRange range, search_range(s, args));
+    if (!range.exists) return Value::boolean(false);
     HEARTH_ASSIGN_OR_RETURN(bool r,
                             affix_match(range.text, arg(args, 0, "prefix"), m == "startswith"));
     return Value::boolean(r);
@@ -155,6 +163,7 @@ absl::StatusOr<Value> BoundMethod::call_str(Evaluator& ev, const CallArgs& args)
     HEARTH_ASSIGN_OR_RETURN(auto sub, str_arg(args, 0, "sub"));
     if (!sub) return absl::InvalidArgumentError(str_cat(m, "() needs a string"));
     HEARTH_ASSIGN_OR_RETURN(const SearchRange range, search_range(s, args));
+    if (!range.exists) return Value::integer(m == "count" ? 0 : -1);
     const std::string& t = range.text;
     if (m == "count") {
       if (sub->empty()) return Value::integer(static_cast<int64_t>(utf8_length(t) + 1));

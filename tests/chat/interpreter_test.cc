@@ -210,6 +210,15 @@ TEST(ChatInterpreter, CopiesCountAgainstTheLimits) {
   EXPECT_EQ(r.value_or("<error>"), "200000");
   r = render("{{ (['yyyyyyyy'] * 1000000) | sum(start='') | length }}", Json::object(), limits);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
+  // Reading a long string costs too (a slice, a filter, a method decode or
+  // copy all of it: a loop of them ran for hours within the budget).
+  limits.max_steps = 100000;
+  for (const char* op : {"s[1:]", "s | trim", "s.upper()"}) {
+    r = render(std::string("{% set s = 'x' * 1000000 %}{% for i in range(100) %}{% set t = ") + op +
+                   " %}{% endfor %}",
+               Json::object(), limits);
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << op << ": " << r.status();
+  }
   r = render("{{ ('x' * 8000000) | list | length }}");
   EXPECT_EQ(r.status().code(), absl::StatusCode::kResourceExhausted) << r.status();
   r = render("{% set l = ['x' * 4000000] * 200 %}{{ l ~ '' }}");

@@ -1,5 +1,6 @@
 #include "base/write_file.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -11,17 +12,31 @@
 namespace hearth {
 
 absl::Status write_whole_file(const std::string& path, std::string_view bytes) {
+  // O_EXCL: a file or link already at the temporary name (another run, or
+  // planted in a shared directory) is never written through.
   const std::string partial = str_cat(path, ".partial-", ::getpid());
-  std::FILE* f = std::fopen(partial.c_str(), "wb");
-  if (f == nullptr)
+  const int fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0)
     return absl::PermissionDeniedError(
         str_cat("cannot create '", path, "': ", std::strerror(errno)));
   int error = 0;
-  if (std::fwrite(bytes.data(), 1, bytes.size(), f) != bytes.size()) error = errno;
-  if (std::fclose(f) != 0 && error == 0) error = errno;
+  for (std::size_t done = 0; done < bytes.size() && error == 0;) {
+    const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n > 0) {
+      done += static_cast<std::size_t>(n);
+    } else if (n < 0 && errno != EINTR) {
+      error = errno;
+    } else if (n == 0) {
+      error = EIO;
+    }
+  }
+  // On disk before it takes the name: a crash leaves the old file or the
+  // whole new one, never a part.
+  if (error == 0 && ::fsync(fd) != 0) error = errno;
+  if (::close(fd) != 0 && error == 0) error = errno;
   if (error == 0 && std::rename(partial.c_str(), path.c_str()) != 0) error = errno;
   if (error != 0) {
-    std::remove(partial.c_str());
+    ::unlink(partial.c_str());
     return absl::InternalError(str_cat("cannot write '", path, "': ", std::strerror(error)));
   }
   return absl::OkStatus();

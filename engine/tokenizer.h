@@ -145,7 +145,8 @@ class Tokenizer {
   std::int32_t unk() const { return unk_; }  // -1: none
   // End of generation: EOS, EOT/EOM when the metadata names them, and control
   // tokens whose text is a known end-of-turn marker (<|eot_id|>, <|im_end|>,
-  // <|end|>, <end_of_turn>, <|endoftext|>, <EOT>, <｜end▁of▁sentence｜>).
+  // <|end|>, <end_of_turn>, <|endoftext|>, <|eom_id|>, <EOT>,
+  // <｜end▁of▁sentence｜>).
   bool is_eog(std::int32_t id) const;
   // Every end-of-generation id (EOS, EOT, ...), ascending.
   std::span<const std::int32_t> eog_tokens() const { return eog_; }

@@ -390,12 +390,25 @@ class Child {
   void stop() {
     if (pid_ <= 0) return;
     ::kill(pid_, SIGTERM);
-    // Wait up to 10 s for the exit (readable pidfd), then kill it.
+    // Wait up to 10 s for the exit (a pidfd turns readable; without one, a
+    // bounded reaping poll), then kill it.
     const int pidfd = static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0));
-    pollfd exited{pidfd, POLLIN, 0};
-    if (pidfd < 0 || ::poll(&exited, 1, 10000) != 1) ::kill(pid_, SIGKILL);
-    if (pidfd >= 0) ::close(pidfd);
     int status = 0;
+    bool exited = false;
+    if (pidfd >= 0) {
+      pollfd p{pidfd, POLLIN, 0};
+      exited = ::poll(&p, 1, 10000) == 1;
+      ::close(pidfd);
+    } else {
+      const Clock::time_point deadline = Clock::now() + std::chrono::seconds(10);
+      while (!(exited = ::waitpid(pid_, &status, WNOHANG) != 0) && Clock::now() < deadline)
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));  // no pidfd: poll, bounded
+      if (exited) {
+        pid_ = -1;
+        return;
+      }
+    }
+    if (!exited) ::kill(pid_, SIGKILL);
     ::waitpid(pid_, &status, 0);
     pid_ = -1;
   }

@@ -94,9 +94,10 @@ ConstrainedOutput::ConstrainedOutput(std::shared_ptr<const Grammar> grammar,
     : grammar_(std::move(grammar)),
       vocabulary_(std::move(vocabulary)),
       state_(initial_state(*grammar_)),
-      work_per_token_(work_per_token != 0
-                          ? work_per_token
-                          : std::max(kMinWorkPerToken, kWorkPerEntry * vocabulary_->size())),
+      work_per_token_(std::min<std::uint64_t>(
+          work_per_token != 0 ? work_per_token
+                              : std::max(kMinWorkPerToken, kWorkPerEntry * vocabulary_->size()),
+          std::uint64_t{1} << 48)),  // the bank's arithmetic cannot overflow
       work_left_(kBankTokens * work_per_token_) {}
 
 absl::Status ConstrainedOutput::over_budget() const {
@@ -129,10 +130,12 @@ absl::StatusOr<std::span<const std::uint64_t>> ConstrainedOutput::allowed() {
 }
 
 ConstrainedOutput::EmptyMaskCause ConstrainedOutput::why_empty() {
+  // A walk of its own budget (what a bank holds), not the output's: it ends
+  // the request either way, and must not blame the budget for the bounds.
   const std::uint64_t before = bound_refusals();
   std::uint64_t work = 0;
-  const bool walked = vocabulary_->mask(*grammar_, state_, work_left_, &work).has_value();
-  work_left_ -= std::min(work, work_left_);
+  const bool walked =
+      vocabulary_->mask(*grammar_, state_, kBankTokens * work_per_token_, &work).has_value();
   if (!walked) return EmptyMaskCause::kWorkBudget;
   return bound_refusals() != before ? EmptyMaskCause::kBounds : EmptyMaskCause::kGrammar;
 }

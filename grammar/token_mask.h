@@ -81,9 +81,12 @@ class MaskCache {
 // kWorkPerEntry of the matcher's steps (matcher_work()) per vocabulary
 // entry and at least kMinWorkPerToken (a few ms; small vocabularies), banked
 // for at most kBankTokens tokens (which is also what the first mask may
-// take). An ordinary JSON schema's widest mask costs about
-// 70 per entry (a state inside a string, where a maxLength makes every
-// token's state new), at 32,000 entries as at 128,000.
+// take). An ordinary JSON schema's widest mask costs 58-86 per entry (a
+// state inside a string, where a maxLength makes every token's state new;
+// an array of objects), at 32,000 entries as at 128,000. This caps the
+// cost per token at about 3x that, not an output's total: an ordinary
+// schema over a large vocabulary may rightly take that long per token for
+// as many tokens as it is allowed.
 class ConstrainedOutput {
  public:
   static constexpr std::uint64_t kWorkPerEntry = 256;
@@ -108,9 +111,8 @@ class ConstrainedOutput {
 
   // Why allowed() gave an empty mask: the grammar itself, the matcher's
   // bounds (grammar::bound_refusals(): the output so far can be parsed in
-  // too many ways), or the work budget running out while finding out.
-  // Walks the mask again, within what is left of the budget: for error
-  // messages.
+  // too many ways), or a walk longer than a full bank while finding out.
+  // Walks the mask again: for the error message that ends the request.
   enum class EmptyMaskCause { kGrammar, kBounds, kWorkBudget };
   EmptyMaskCause why_empty();
 

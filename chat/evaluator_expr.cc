@@ -129,6 +129,8 @@ absl::StatusOr<Value> Evaluator::eval_compare(const Expr& e, const std::shared_p
     HEARTH_ASSIGN_OR_RETURN(Value right, eval(*e.children[i + 1], scope));
     const std::string& op = e.ops[i];
     bool r = false;
+    // Comparing or searching strings reads them (a loop of them over MBs).
+    HEARTH_RETURN_IF_ERROR(locate(charge_read(right), e.pos, str_cat("'", op, "'")));
     if (op == "==" || op == "!=") {
       r = values_equal(left, right) == (op == "==");
     } else if (op == "in" || op == "not in") {
@@ -252,6 +254,7 @@ absl::StatusOr<Value> Evaluator::getitem(const Value& obj, const Value& key) {
     if (i < 0) i += static_cast<int64_t>(items.size());
     if (i >= 0 && i < static_cast<int64_t>(items.size())) return items[static_cast<size_t>(i)];
   } else if (obj.is_string() && key.is_integral()) {
+    HEARTH_RETURN_IF_ERROR(charge_read(obj));
     const std::vector<char32_t> cps = utf8_decode(obj.as_string());
     int64_t i = key.as_int();
     if (i < 0) i += static_cast<int64_t>(cps.size());

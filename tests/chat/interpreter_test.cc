@@ -213,7 +213,7 @@ TEST(ChatInterpreter, CopiesCountAgainstTheLimits) {
   // Reading a long string costs too (a slice, a filter, a method decode or
   // copy all of it: a loop of them ran for hours within the budget).
   limits.max_steps = 100000;
-  for (const char* op : {"s[1:]", "s | trim", "s.upper()"}) {
+  for (const char* op : {"s[1:]", "s | trim", "s.upper()", "s[-1]", "'y' in s", "s == s"}) {
     r = render(std::string("{% set s = 'x' * 1000000 %}{% for i in range(100) %}{% set t = ") + op +
                    " %}{% endfor %}",
                Json::object(), limits);

@@ -1,10 +1,12 @@
 #include "base/write_file.h"
 
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 
 #include "base/str_cat.h"
@@ -12,13 +14,17 @@
 namespace hearth {
 
 absl::Status write_whole_file(const std::string& path, std::string_view bytes) {
-  // O_EXCL: a file or link already at the temporary name (another run, or
-  // planted in a shared directory) is never written through.
-  const std::string partial = str_cat(path, ".partial-", ::getpid());
-  const int fd = ::open(partial.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  // mkstemp: a fresh name (O_EXCL) beside `path`, so a file or link already
+  // there (a crashed run's, or planted in a shared directory) is neither
+  // written through nor in the way; then the mode a plain create would give.
+  std::string partial = str_cat(path, ".partial-XXXXXX");
+  const int fd = ::mkostemp(partial.data(), O_CLOEXEC);
   if (fd < 0)
     return absl::PermissionDeniedError(
         str_cat("cannot create '", path, "': ", std::strerror(errno)));
+  const mode_t mask = ::umask(0);  // read it (the tools write files from one thread)
+  ::umask(mask);
+  ::fchmod(fd, 0666 & ~mask);
   int error = 0;
   for (std::size_t done = 0; done < bytes.size() && error == 0;) {
     const ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);

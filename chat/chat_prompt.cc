@@ -39,13 +39,34 @@ absl::StatusOr<ChatPrompt> ChatPrompt::load(const std::string& override_path,
   return prompt;
 }
 
+namespace {
+
+// A render error's text as clients get it: at most kMaxErrorBytes of it (a
+// template's raise_exception may print a value megabytes long), cut at a
+// character boundary.
+std::string_view bounded_error(std::string_view message) {
+  constexpr std::size_t kMaxErrorBytes = 4096;
+  if (message.size() <= kMaxErrorBytes) return message;
+  std::size_t end = kMaxErrorBytes;
+  while (end > 0 && (static_cast<unsigned char>(message[end]) & 0xC0) == 0x80) --end;
+  return message.substr(0, end);
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> ChatPrompt::render(ChatContext context) const {
   context.bos_token = bos_;
   context.eos_token = eos_;
   absl::StatusOr<std::string> text = template_.render(context);
-  if (!text.ok())
-    return absl::Status(text.status().code(),
-                        str_cat("chat template (", origin_, "): ", text.status().message()));
+  if (!text.ok()) {
+    const std::string message(text.status().message());
+    const std::string_view kept = bounded_error(message);
+    return absl::Status(
+        text.status().code(),
+        str_cat("chat template (", origin_, "): ", kept,
+                kept.size() < message.size() ? str_cat(" ... (", message.size(), " bytes in all)")
+                                             : std::string()));
+  }
   return text;
 }
 

@@ -46,5 +46,23 @@ TEST(ChatPrompt, RenderErrorsNameTheOriginButNeverTheServersFilePath) {
   EXPECT_NE(missing.message().find(path.string()), std::string::npos) << missing;
 }
 
+// A template that raises with a huge value sends the client a bounded
+// message (it carried up to the interpreter's 64 MiB repr cap), cut at a
+// character boundary and saying how long it was (six million bytes and more).
+TEST(ChatPrompt, RenderErrorsAreBounded) {
+  absl::StatusOr<ChatPrompt> prompt = ChatPrompt::create(
+      "{{ raise_exception('x' + ('\u00e9' * 3000000)) }}", "tokenizer.chat_template", "", "");
+  ASSERT_TRUE(prompt.ok()) << prompt.status();
+  const absl::Status error = prompt->render(ChatContext{}).status();
+  EXPECT_EQ(error.code(), absl::StatusCode::kInvalidArgument) << error.message().substr(0, 200);
+  EXPECT_LT(error.message().size(), 4300u);
+  EXPECT_NE(error.message().find(" bytes in all)"), std::string::npos)
+      << error.message().substr(error.message().size() - 100);
+  const std::string text(error.message());
+  const std::size_t cut = text.find(" ... (");
+  ASSERT_NE(cut, std::string::npos);
+  EXPECT_NE(static_cast<unsigned char>(text[cut - 1]), 0xC3u);  // not half of an "é"
+}
+
 }  // namespace
 }  // namespace hearth::chat

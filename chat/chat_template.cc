@@ -16,11 +16,21 @@ absl::StatusOr<ChatTemplate> ChatTemplate::parse(std::string_view source) {
   return ChatTemplate(std::make_shared<const Body>(std::move(body)));
 }
 
+namespace {
+
 bool reserved_name(std::string_view name) {
   for (std::string_view set_by_context :
        {"messages", "tools", "add_generation_prompt", "bos_token", "eos_token"})
     if (name == set_by_context) return true;
   return !find_global(name).is_undefined();
+}
+
+}  // namespace
+
+std::optional<std::string> first_reserved_name(const nlohmann::ordered_json& extra) {
+  for (const auto& [key, value] : extra.items())
+    if (reserved_name(key)) return key;
+  return std::nullopt;
 }
 
 namespace {
@@ -33,10 +43,10 @@ absl::StatusOr<std::shared_ptr<Scope>> root_scope(const ChatContext& c) {
   auto root = std::make_shared<Scope>();
   if (!c.extra.is_object())
     return absl::InvalidArgumentError("chat context field 'extra' must be a JSON object");
+  if (const std::optional<std::string> key = first_reserved_name(c.extra))
+    return absl::InvalidArgumentError(
+        str_cat("chat context field 'extra': '", *key, "' is a name the context sets itself"));
   for (const auto& [key, value] : c.extra.items()) {
-    if (reserved_name(key))
-      return absl::InvalidArgumentError(
-          str_cat("chat context field 'extra': '", key, "' is a name the context sets itself"));
     auto v = value_from_json(value);
     if (!v.ok()) return context_error(key, v.status());
     root->set(key, std::move(*v));

@@ -31,19 +31,19 @@ struct ChatContext {
   std::string bos_token;
   std::string eos_token;
   // Further template variables (an object), e.g. enable_thinking; none may
-  // take a name reserved_name() refuses.
+  // take a name first_reserved_name() finds.
   nlohmann::ordered_json extra = nlohmann::ordered_json::object();
   // The clock strftime_now() reads (seconds since the epoch, formatted as
   // UTC); unset = the current time.
   std::optional<int64_t> now_unix_seconds;
 };
 
-// Whether `name` is one the context sets itself (messages, tools,
-// add_generation_prompt, bos_token, eos_token) or one of the template
-// functions (raise_exception, strftime_now, namespace, range, dict): an
-// extra variable of that name would replace it, e.g. bring tools past the
-// server's checks or silence raise_exception.
-bool reserved_name(std::string_view name);
+// The first key of `extra` (a JSON object) that names what the context sets
+// itself (messages, tools, add_generation_prompt, bos_token, eos_token) or
+// one of the template functions (raise_exception, strftime_now, namespace,
+// range, dict), if any: an extra variable of that name would replace it,
+// e.g. bring tools past the server's checks or silence raise_exception.
+std::optional<std::string> first_reserved_name(const nlohmann::ordered_json& extra);
 
 class ChatTemplate {
  public:

@@ -357,11 +357,10 @@ absl::Status read_chat(const Json& body, std::size_t max_tokens_limit, std::uint
   }
   if (const Json* kwargs = field(body, "chat_template_kwargs"); kwargs != nullptr) {
     if (!kwargs->is_object()) return invalid("chat_template_kwargs: must be an object");
-    for (const auto& [key, value] : kwargs->items())
-      if (chat::reserved_name(key))
-        return invalid(str_cat("chat_template_kwargs.", key,
-                               ": the server sets this name itself (send messages, tools and "
-                               "add_generation_prompt as the request's own fields)"));
+    if (const std::optional<std::string> key = chat::first_reserved_name(*kwargs))
+      return invalid(str_cat("chat_template_kwargs.", *key,
+                             ": the server sets this name itself (send messages, tools and "
+                             "add_generation_prompt as the request's own fields)"));
     c.extra = *kwargs;
   }
 

@@ -168,11 +168,10 @@ absl::Status map_chat_request(const hearth::v1::ChatRequest& r, std::size_t max_
   if (!r.template_kwargs().empty()) {
     HEARTH_ASSIGN_OR_RETURN(c.extra, parse_json(r.template_kwargs(), "template_kwargs"));
     if (!c.extra.is_object()) return invalid("template_kwargs: must be a JSON object");
-    for (const auto& [key, value] : c.extra.items())
-      if (chat::reserved_name(key))
-        return invalid(str_cat("template_kwargs: '", key,
-                               "' is a name the server sets itself (send messages, tools and "
-                               "add_generation_prompt as the request's own fields)"));
+    if (const std::optional<std::string> key = chat::first_reserved_name(c.extra))
+      return invalid(str_cat("template_kwargs: '", *key,
+                             "' is a name the server sets itself (send messages, tools and "
+                             "add_generation_prompt as the request's own fields)"));
   }
   return absl::OkStatus();
 }

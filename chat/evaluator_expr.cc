@@ -164,7 +164,7 @@ absl::StatusOr<Value> Evaluator::eval_slice(const Expr& e, const std::shared_ptr
     }
     bounds[i] = b.as_int();
   }
-  if (obj.is_string()) HEARTH_RETURN_IF_ERROR(locate(charge_read(obj), e.pos, "slice"));
+  HEARTH_RETURN_IF_ERROR(locate(charge_read(obj), e.pos, "slice"));
   auto v = slice(obj, bounds[0], bounds[1], bounds[2]);
   if (!v.ok()) return locate(v.status(), e.pos, "slice");
   return v;

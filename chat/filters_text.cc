@@ -148,30 +148,11 @@ absl::StatusOr<Value> tojson(Evaluator& ev, const Value& in, CallArgs& args) {
 
 namespace {
 
-// Python's int(str, base) for base 10: optional sign, digits with single
-// underscores between them, surrounding whitespace.
-std::optional<int64_t> parse_py_int(const std::string& text) {
+// Python's int(text, base) for base 0 or 2-36: surrounding whitespace, an
+// optional sign, the base's prefix (0b, 0o, 0x; base 0 reads it to choose),
+// digits with single underscores between them.
+std::optional<int64_t> parse_py_int(const std::string& text, int64_t base) {
   const std::string s = py_strip(text, std::nullopt, StripSide::kBoth);
-  size_t i = 0;
-  bool neg = false;
-  if (i < s.size() && (s[i] == '+' || s[i] == '-')) neg = s[i++] == '-';
-  if (i == s.size()) return std::nullopt;
-  int64_t v = 0;
-  for (; i < s.size(); ++i) {
-    if (s[i] == '_' && i + 1 < s.size() && s[i + 1] != '_' && i > 0 && std::isdigit(s[i - 1]))
-      continue;
-    if (!std::isdigit(static_cast<unsigned char>(s[i]))) return std::nullopt;
-    if (__builtin_mul_overflow(v, 10, &v) || __builtin_add_overflow(v, s[i] - '0', &v))
-      return std::nullopt;
-  }
-  return neg ? -v : v;
-}
-
-// Python's int(text, base) for base 0 or 2-36: an optional sign, the
-// base's prefix (0b, 0o, 0x; base 0 reads it to choose), digits with single
-// underscores between them.
-std::optional<int64_t> parse_py_int_in_base(const std::string& text, int64_t base) {
-  std::string s = py_strip(text, std::nullopt, StripSide::kBoth);
   if (base != 0 && (base < 2 || base > 36)) return std::nullopt;
   size_t i = 0;
   const bool neg = !s.empty() && s[0] == '-';
@@ -232,11 +213,7 @@ absl::StatusOr<Value> to_int(Evaluator&, const Value& in, CallArgs& args) {
     return Value::integer(static_cast<int64_t>(d));
   }
   if (!in.is_string()) return dflt;
-  if (base == 10) {
-    if (auto v = parse_py_int(in.as_string())) return Value::integer(*v);
-  } else if (auto v = parse_py_int_in_base(in.as_string(), base)) {
-    return Value::integer(*v);
-  }
+  if (auto v = parse_py_int(in.as_string(), base)) return Value::integer(*v);
   if (auto d = parse_py_float(in.as_string());
       d && !std::isnan(*d) && !std::isinf(*d) && std::fabs(*d) < 9.2e18)
     return Value::integer(static_cast<int64_t>(*d));

@@ -100,17 +100,16 @@ absl::StatusOr<SearchRange> search_range(const std::string& s, const CallArgs& a
       return absl::InvalidArgumentError("slice indices must be integers or None");
   const std::vector<char32_t> cps = utf8_decode(s);
   const auto n = static_cast<int64_t>(cps.size());
+  // Negative indices count from the end, and stop at its start.
   const auto index = [&](const Value* v, int64_t absent) {
     if (!given(v)) return absent;
     const int64_t i = v->as_int();
-    return std::clamp<int64_t>(i < 0 ? i + n : i, 0, n);
+    return i < 0 ? std::max<int64_t>(i + n, 0) : i;
   };
   // Python finds nothing, not even "", in a range that starts past the end
   // or ends before it starts.
-  const int64_t raw_start = given(start) ? start->as_int() : 0;
-  if ((raw_start < 0 ? raw_start + n : raw_start) > n) return SearchRange{{}, 0, false};
-  const int64_t b = index(start, 0), e = index(end, n);
-  if (e < b) return SearchRange{{}, 0, false};
+  const int64_t b = index(start, 0), e = std::min(index(end, n), n);
+  if (b > n || e < b) return SearchRange{{}, 0, false};
   return SearchRange{utf8_encode(cps, static_cast<std::size_t>(b), static_cast<std::size_t>(e)), b};
 }
 

@@ -101,11 +101,11 @@ ConstrainedOutput::ConstrainedOutput(std::shared_ptr<const Grammar> grammar,
       work_left_(kBankTokens * work_per_token_) {}
 
 absl::Status ConstrainedOutput::over_budget() const {
-  return absl::FailedPreconditionError(str_cat(
-      "response_format: following the grammar took more than ", work_per_token_,
-      " matcher steps per generated token: the text so far can be parsed in so many ways that each "
-      "token's "
-      "mask is a new, long walk of the vocabulary; make the grammar or pattern less ambiguous"));
+  return absl::FailedPreconditionError(
+      str_cat("response_format: following the grammar took more than ", work_per_token_,
+              " matcher steps per generated token: the text so far can be parsed in so many "
+              "ways that each token's mask is a new, long walk of the vocabulary; make the "
+              "grammar or pattern less ambiguous"));
 }
 
 absl::StatusOr<std::span<const std::uint64_t>> ConstrainedOutput::allowed() {

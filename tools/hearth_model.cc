@@ -235,19 +235,23 @@ int render_chat(int argc, char** argv) {
   return 0;
 }
 
+// The float types `quantize` reads.
+bool is_float(GgmlType t) {
+  return t == GgmlType::kF32 || t == GgmlType::kF16 || t == GgmlType::kBF16;
+}
+
 // A 2-D float tensor as floats (F32, F16 or BF16), or nullopt for other types.
 std::optional<std::vector<float>> float_data(const engine::GgufTensorInfo& t) {
+  if (!is_float(t.type)) return std::nullopt;
   std::vector<float> x(t.n_elements);
   if (t.type == GgmlType::kF32) {
     std::memcpy(x.data(), t.data, x.size() * 4);
-  } else if (t.type == GgmlType::kF16 || t.type == GgmlType::kBF16) {
-    for (std::size_t i = 0; i < x.size(); ++i) {
-      std::uint16_t h;
-      std::memcpy(&h, t.data + 2 * i, 2);
-      x[i] = t.type == GgmlType::kF16 ? kernels::fp16_to_f32(h) : kernels::bf16_to_f32(h);
-    }
-  } else {
-    return std::nullopt;
+    return x;
+  }
+  for (std::size_t i = 0; i < x.size(); ++i) {
+    std::uint16_t h;
+    std::memcpy(&h, t.data + 2 * i, 2);
+    x[i] = t.type == GgmlType::kF16 ? kernels::fp16_to_f32(h) : kernels::bf16_to_f32(h);
   }
   return x;
 }
@@ -318,9 +322,7 @@ int quantize(int argc, char** argv) {
   // A quantized weight would be copied as it is under a file type that
   // claims the new one (llama-quantize refuses to requantize too).
   for (const auto& t : g.tensors()) {
-    const bool is_float =
-        t.type == GgmlType::kF32 || t.type == GgmlType::kF16 || t.type == GgmlType::kBF16;
-    if (t.n_dims == 2 && !is_float)
+    if (t.n_dims == 2 && !is_float(t.type))
       return fail("hearth-model quantize: '" + in + "': tensor '" + std::string(t.name) +
                   "' is already " + engine::ggml_type_name(t.type) +
                   "; quantize from an F32, F16 or BF16 file");
